@@ -1,0 +1,201 @@
+// Package fanout is the public API of the fanout service: the event envelope,
+// the three functions a user defines per event type (get_recipients,
+// generate_broadcast_message, deliver_to_recipient), the registry that maps
+// event types to them, and the names (task queues, workflow ids) that the
+// workers, the bridge and the tests share.
+//
+// A user's own worker binary registers its handlers in a Registry and runs
+// the same workers as the stock binary (see package workers).
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Event is one event taken from Kafka: the unit of fan-out.
+type Event struct {
+	// ID identifies the event; the Fanout workflow id derives from it, so a
+	// second delivery of the same event never starts a second fan-out.
+	ID string `json:"id"`
+	// Type selects the handlers (see Registry).
+	Type string `json:"type"`
+	// Priority selects the delivery task queue: high, normal or low. Empty
+	// means the event type's default.
+	Priority Priority `json:"priority,omitempty"`
+	// Payload is opaque to fanout; handlers interpret it.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Headers carries optional metadata, such as W3C trace context.
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// Recipient is one destination of an event's message.
+type Recipient struct {
+	// ID is unique within an event's audience; the dedup gate keys on it.
+	ID string `json:"id"`
+	// Address is where to deliver (a URL, an e-mail address, a device token);
+	// its meaning belongs to the event type's Deliver function.
+	Address string `json:"address,omitempty"`
+}
+
+// Page is one page of an event's audience.
+type Page struct {
+	Recipients []Recipient `json:"recipients"`
+	// NextCursor is the opaque cursor of the following page; empty means the
+	// audience is exhausted.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Message is what is broadcast to every recipient of an event.
+type Message struct {
+	ContentType string `json:"content_type,omitempty"`
+	Body        []byte `json:"body"`
+}
+
+// Handler holds the three user functions of one event type.
+//
+// GetRecipients returns the page at cursor ("" is the first page) with at
+// most limit recipients. It is called from an activity and may be slow; it
+// must be deterministic enough that the same cursor yields the same page.
+//
+// GenerateMessage builds the broadcast message once per event.
+//
+// Deliver delivers the message to one recipient. A nil error means delivered.
+// Return Permanent(err) for a failure that retrying cannot fix, and
+// RetryAfter(d, err) when the destination asked to be retried later; any
+// other error is retried with backoff and jitter.
+type Handler interface {
+	GetRecipients(ctx context.Context, ev Event, cursor string, limit int) (Page, error)
+	GenerateMessage(ctx context.Context, ev Event) (Message, error)
+	Deliver(ctx context.Context, ev Event, r Recipient, m Message) error
+}
+
+// HandlerFuncs adapts three plain functions to a Handler.
+type HandlerFuncs struct {
+	GetRecipientsFunc   func(ctx context.Context, ev Event, cursor string, limit int) (Page, error)
+	GenerateMessageFunc func(ctx context.Context, ev Event) (Message, error)
+	DeliverFunc         func(ctx context.Context, ev Event, r Recipient, m Message) error
+}
+
+func (h HandlerFuncs) GetRecipients(ctx context.Context, ev Event, cursor string, limit int) (Page, error) {
+	return h.GetRecipientsFunc(ctx, ev, cursor, limit)
+}
+
+func (h HandlerFuncs) GenerateMessage(ctx context.Context, ev Event) (Message, error) {
+	return h.GenerateMessageFunc(ctx, ev)
+}
+
+func (h HandlerFuncs) Deliver(ctx context.Context, ev Event, r Recipient, m Message) error {
+	return h.DeliverFunc(ctx, ev, r, m)
+}
+
+// Priority is an event's delivery priority.
+type Priority string
+
+const (
+	PriorityHigh   Priority = "high"
+	PriorityNormal Priority = "normal"
+	PriorityLow    Priority = "low"
+)
+
+// Priorities lists the known priorities, highest first.
+var Priorities = []Priority{PriorityHigh, PriorityNormal, PriorityLow}
+
+// Valid reports whether p is a known priority.
+func (p Priority) Valid() bool { return slices.Contains(Priorities, p) }
+
+// ParsePriority parses a priority name.
+func ParsePriority(s string) (Priority, error) {
+	p := Priority(s)
+	if !p.Valid() {
+		return "", fmt.Errorf("unknown priority %q (want one of high, normal, low)", s)
+	}
+	return p, nil
+}
+
+// TypeOptions tune how events of one type are fanned out. Zero fields take
+// the defaults below.
+type TypeOptions struct {
+	// DefaultPriority applies to events that carry none. Default normal.
+	DefaultPriority Priority `json:"default_priority,omitempty"`
+	// BatchSize is the number of recipients per DeliveryBatch child.
+	BatchSize int `json:"batch_size,omitempty"`
+	// PageSize is the number of recipients asked of GetRecipients per call.
+	// Default: 4 batches.
+	PageSize int `json:"page_size,omitempty"`
+	// Window is the number of DeliveryBatch children open at once.
+	Window int `json:"window,omitempty"`
+	// DeliverConcurrency is the number of concurrent Deliver calls inside one
+	// batch activity.
+	DeliverConcurrency int `json:"deliver_concurrency,omitempty"`
+	// MaxAttempts is the number of delivery attempts per recipient before it
+	// is reported failed.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// DeliverTimeout bounds one batch activity attempt.
+	DeliverTimeout time.Duration `json:"deliver_timeout,omitempty"`
+}
+
+// Defaults for TypeOptions.
+const (
+	DefaultBatchSize          = 500
+	DefaultWindow             = 50
+	DefaultDeliverConcurrency = 64
+	DefaultMaxAttempts        = 5
+	DefaultDeliverTimeout     = 5 * time.Minute
+)
+
+// WithDefaults returns o with every zero field set to its default.
+func (o TypeOptions) WithDefaults() TypeOptions {
+	if o.DefaultPriority == "" {
+		o.DefaultPriority = PriorityNormal
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 4 * o.BatchSize
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.DeliverConcurrency <= 0 {
+		o.DeliverConcurrency = DefaultDeliverConcurrency
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.DeliverTimeout <= 0 {
+		o.DeliverTimeout = DefaultDeliverTimeout
+	}
+	return o
+}
+
+// Validate reports the first invalid field of o, by name.
+func (o TypeOptions) Validate() error {
+	switch {
+	case o.DefaultPriority != "" && !o.DefaultPriority.Valid():
+		return fmt.Errorf("DefaultPriority: unknown priority %q", o.DefaultPriority)
+	case o.BatchSize < 0 || o.BatchSize > MaxBatchSize:
+		return fmt.Errorf("BatchSize: %d outside 1..%d", o.BatchSize, MaxBatchSize)
+	case o.Window < 0 || o.Window > MaxWindow:
+		return fmt.Errorf("Window: %d outside 1..%d", o.Window, MaxWindow)
+	case o.PageSize < 0 || o.PageSize > MaxPageSize:
+		return fmt.Errorf("PageSize: %d outside 1..%d", o.PageSize, MaxPageSize)
+	case o.DeliverConcurrency < 0:
+		return fmt.Errorf("DeliverConcurrency: %d is negative", o.DeliverConcurrency)
+	case o.MaxAttempts < 0:
+		return fmt.Errorf("MaxAttempts: %d is negative", o.MaxAttempts)
+	}
+	return nil
+}
+
+// Limits that keep a run within Temporal's (2,000 pending children, 2 MB
+// payloads).
+const (
+	MaxBatchSize = 5000
+	MaxPageSize  = 20000
+	MaxWindow    = 500
+)

@@ -1,0 +1,259 @@
+// Package bridge is the Kafka front door: it consumes the events topic in a
+// consumer group, starts one Fanout workflow per event (the workflow id
+// derives from the event id, so redeliveries start nothing new), sends bad
+// records to the events DLQ topic with their reason, and commits an offset
+// only after the record's start was acknowledged, known to be a duplicate,
+// or its dead letter was written.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/backoff"
+	"github.com/fanout/fanout/workflows"
+)
+
+// DLQ record headers.
+const (
+	HeaderReason          = "fanout-dlq-reason"
+	HeaderError           = "fanout-dlq-error"
+	HeaderSourceTopic     = "fanout-source-topic"
+	HeaderSourcePartition = "fanout-source-partition"
+	HeaderSourceOffset    = "fanout-source-offset"
+	HeaderDeadLetteredAt  = "fanout-dlq-time"
+)
+
+// Config configures a Bridge.
+type Config struct {
+	Brokers        []string
+	Topic          string
+	GroupID        string
+	DLQTopic       string
+	Validator      Validator
+	CommitInterval time.Duration // 0: commit each record synchronously
+	// Dialer is used for TLS/SASL; nil means plain TCP.
+	Dialer *kafka.Dialer
+	// Transport is used by the DLQ writer for TLS/SASL; nil means plain TCP.
+	Transport kafka.RoundTripper
+	Logger    *slog.Logger
+}
+
+// Stats are the bridge's counters.
+type Stats struct {
+	Started      atomic.Int64 // workflow starts acknowledged (new or already running)
+	Duplicates   atomic.Int64 // events whose workflow had already closed
+	DeadLettered atomic.Int64
+}
+
+// Bridge consumes events and starts Fanout workflows.
+type Bridge struct {
+	cfg    Config
+	tc     client.Client
+	reader *kafka.Reader
+	dlq    *kafka.Writer
+	log    *slog.Logger
+	Stats  Stats
+}
+
+// New builds a bridge; Run starts consuming.
+func New(cfg Config, tc client.Client) *Bridge {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	rc := kafka.ReaderConfig{
+		Brokers:        cfg.Brokers,
+		Topic:          cfg.Topic,
+		GroupID:        cfg.GroupID,
+		MinBytes:       1,
+		MaxBytes:       10 << 20,
+		MaxWait:        250 * time.Millisecond,
+		CommitInterval: cfg.CommitInterval,
+		StartOffset:    kafka.FirstOffset,
+		Dialer:         cfg.Dialer,
+	}
+	return &Bridge{
+		cfg:    cfg,
+		tc:     tc,
+		reader: kafka.NewReader(rc),
+		dlq: &kafka.Writer{
+			Addr:         kafka.TCP(cfg.Brokers...),
+			Topic:        cfg.DLQTopic,
+			RequiredAcks: kafka.RequireAll,
+			BatchTimeout: 5 * time.Millisecond,
+			Transport:    cfg.Transport,
+		},
+		log: log,
+	}
+}
+
+// Run consumes until ctx is canceled, then finishes the records in hand,
+// commits them and returns. Each partition is processed in order by its own
+// goroutine, partitions concurrently.
+func (b *Bridge) Run(ctx context.Context) error {
+	defer b.dlq.Close()
+	defer b.reader.Close()
+	// work outlives ctx so records in hand are finished, not half-done.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	var wg sync.WaitGroup
+	lanes := map[int]chan kafka.Message{}
+	defer func() {
+		for _, ch := range lanes {
+			close(ch)
+		}
+		wg.Wait()
+	}()
+	for {
+		m, err := b.reader.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fetch: %w", err)
+		}
+		ch, ok := lanes[m.Partition]
+		if !ok {
+			ch = make(chan kafka.Message, 256)
+			lanes[m.Partition] = ch
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for m := range ch {
+					if ctx.Err() != nil {
+						continue // left uncommitted: redelivered later
+					}
+					b.handle(ctx, work, m)
+				}
+			}()
+		}
+		select {
+		case ch <- m:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// handle processes one record and commits it. It retries the Temporal start
+// and the DLQ write until they succeed or ctx (the consumer's) is canceled;
+// on cancel the record is left uncommitted, to be redelivered.
+func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
+	ev, perr := b.cfg.Validator.Parse(m)
+	for attempt := 1; ; attempt++ {
+		var err error
+		if perr != nil {
+			err = b.deadLetter(work, m, perr)
+		} else {
+			err = b.start(work, ev)
+		}
+		if err == nil {
+			break
+		}
+		d := backoff.Default.Delay(attempt, 0, nil)
+		b.log.Warn("record not processed yet; retrying", "partition", m.Partition, "offset", m.Offset, "err", err, "retry_in", d)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+	if err := b.reader.CommitMessages(work, m); err != nil {
+		// The record was handled; if the commit is lost (a rebalance moved
+		// the partition), its redelivery is recognised as a duplicate.
+		b.log.Warn("commit failed", "partition", m.Partition, "offset", m.Offset, "err", err)
+	}
+}
+
+// StartOptions are the options of an event's Fanout workflow start.
+func StartOptions(ev fanout.Event) client.StartWorkflowOptions {
+	sa := []temporal.SearchAttributeUpdate{
+		workflows.EventTypeKey.ValueSet(ev.Type),
+		workflows.StatusKey.ValueSet(fanout.StatusRunning),
+	}
+	if ev.Priority != "" {
+		sa = append(sa, workflows.PriorityKey.ValueSet(string(ev.Priority)))
+	}
+	return client.StartWorkflowOptions{
+		ID:                       fanout.WorkflowID(ev.Type, ev.ID),
+		TaskQueue:                fanout.EventsTaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(sa...),
+		StaticSummary:            fmt.Sprintf("%s event %s (priority %s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default")),
+	}
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// StartEvent starts the Fanout workflow of ev, or finds it already started.
+// duplicate is true when the workflow had already closed.
+func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event) (duplicate bool, err error) {
+	_, err = tc.ExecuteWorkflow(ctx, StartOptions(ev), workflows.Fanout, workflows.FanoutInput{Event: ev})
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) {
+		return true, nil
+	}
+	return false, err
+}
+
+func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	dup, err := StartEvent(sctx, b.tc, ev)
+	if err != nil {
+		return fmt.Errorf("start workflow for event %s: %w", ev.ID, err)
+	}
+	if dup {
+		b.Stats.Duplicates.Add(1)
+		b.log.Debug("event already fanned out", "event", ev.ID)
+	} else {
+		b.Stats.Started.Add(1)
+	}
+	return nil
+}
+
+func (b *Bridge) deadLetter(ctx context.Context, m kafka.Message, perr error) error {
+	reason := "invalid"
+	var ie *InvalidError
+	if errors.As(perr, &ie) {
+		reason = ie.Reason
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	headers := append([]kafka.Header{}, m.Headers...)
+	headers = append(headers,
+		kafka.Header{Key: HeaderReason, Value: []byte(reason)},
+		kafka.Header{Key: HeaderError, Value: []byte(perr.Error())},
+		kafka.Header{Key: HeaderSourceTopic, Value: []byte(m.Topic)},
+		kafka.Header{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
+		kafka.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+		kafka.Header{Key: HeaderDeadLetteredAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+	)
+	if err := b.dlq.WriteMessages(wctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}); err != nil {
+		return fmt.Errorf("write dead letter: %w", err)
+	}
+	b.Stats.DeadLettered.Add(1)
+	b.log.Warn("bad event dead-lettered", "reason", reason, "err", perr, "partition", m.Partition, "offset", m.Offset)
+	return nil
+}

@@ -1,0 +1,167 @@
+// Package config reads fanout's configuration from environment variables
+// (FANOUT_* for fanout, TEMPORAL_* for the Temporal client, the same the
+// temporal CLI reads) and validates it at start-up, naming the bad field.
+package config
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	tlog "go.temporal.io/sdk/log"
+)
+
+// Kafka is the Kafka connection and topics.
+type Kafka struct {
+	Brokers     []string `env:"FANOUT_KAFKA_BROKERS" envSeparator:"," envDefault:"localhost:9092"`
+	EventsTopic string   `env:"FANOUT_EVENTS_TOPIC" envDefault:"fanout-events"`
+	EventsDLQ   string   `env:"FANOUT_EVENTS_DLQ_TOPIC" envDefault:"fanout-events-dlq"`
+}
+
+// Redis is the Redis connection of the dedup gate.
+type Redis struct {
+	URL     string        `env:"FANOUT_REDIS_URL" envDefault:"redis://localhost:6379/0"`
+	GateTTL time.Duration `env:"FANOUT_GATE_TTL" envDefault:"168h"`
+}
+
+// Bridge configures `starter bridge`.
+type Bridge struct {
+	Kafka
+	Group           string        `env:"FANOUT_CONSUMER_GROUP" envDefault:"fanout-bridge"`
+	EventTypes      []string      `env:"FANOUT_EVENT_TYPES" envSeparator:"," envDefault:"webhook"`
+	MaxPayloadBytes int           `env:"FANOUT_MAX_PAYLOAD_BYTES" envDefault:"262144"`
+	CommitInterval  time.Duration `env:"FANOUT_COMMIT_INTERVAL" envDefault:"200ms"`
+	LogLevel        string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+}
+
+// Worker configures the worker binary.
+type Worker struct {
+	Redis
+	// Queues the process serves: events and/or the priorities high, normal, low.
+	Queues        []string      `env:"FANOUT_QUEUES" envSeparator:"," envDefault:"events,high,normal,low"`
+	RecipientsURL string        `env:"FANOUT_RECIPIENTS_URL"`
+	HTTPTimeout   time.Duration `env:"FANOUT_HTTP_TIMEOUT" envDefault:"10s"`
+	BatchSlots    int           `env:"FANOUT_BATCH_SLOTS" envDefault:"8"`
+	Dedup         bool          `env:"FANOUT_DEDUP" envDefault:"true"`
+	LogLevel      string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+}
+
+// Load parses the environment into cfg (a pointer to one of the structs
+// above) and validates it.
+func Load[T any](cfg *T) error {
+	if err := env.Parse(cfg); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if v, ok := any(cfg).(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	return nil
+}
+
+func (k Kafka) validate() error {
+	if len(k.Brokers) == 0 {
+		return fmt.Errorf("FANOUT_KAFKA_BROKERS: empty")
+	}
+	for _, b := range k.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("FANOUT_KAFKA_BROKERS: %q is not host:port", b)
+		}
+	}
+	if k.EventsTopic == "" || k.EventsDLQ == "" {
+		return fmt.Errorf("FANOUT_EVENTS_TOPIC / FANOUT_EVENTS_DLQ_TOPIC: empty")
+	}
+	if k.EventsTopic == k.EventsDLQ {
+		return fmt.Errorf("FANOUT_EVENTS_DLQ_TOPIC: must differ from FANOUT_EVENTS_TOPIC")
+	}
+	return nil
+}
+
+// Validate checks the bridge configuration.
+func (b *Bridge) Validate() error {
+	if err := b.Kafka.validate(); err != nil {
+		return err
+	}
+	if b.Group == "" {
+		return fmt.Errorf("FANOUT_CONSUMER_GROUP: empty")
+	}
+	if len(b.EventTypes) == 0 {
+		return fmt.Errorf("FANOUT_EVENT_TYPES: empty")
+	}
+	if b.MaxPayloadBytes <= 0 || b.MaxPayloadBytes > 1<<20 {
+		return fmt.Errorf("FANOUT_MAX_PAYLOAD_BYTES: %d outside 1..1048576 (Temporal payloads are limited to 2 MB)", b.MaxPayloadBytes)
+	}
+	if _, err := ParseLevel(b.LogLevel); err != nil {
+		return fmt.Errorf("FANOUT_LOG_LEVEL: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the worker configuration.
+func (w *Worker) Validate() error {
+	if _, err := redis.ParseURL(w.URL); err != nil {
+		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	}
+	if w.GateTTL < time.Hour {
+		return fmt.Errorf("FANOUT_GATE_TTL: %v is under 1h; it must outlast every retry of an event", w.GateTTL)
+	}
+	if len(w.Queues) == 0 {
+		return fmt.Errorf("FANOUT_QUEUES: empty")
+	}
+	for _, q := range w.Queues {
+		if q != "events" && q != "high" && q != "normal" && q != "low" {
+			return fmt.Errorf("FANOUT_QUEUES: unknown queue %q (want events, high, normal, low)", q)
+		}
+	}
+	if w.BatchSlots < 1 {
+		return fmt.Errorf("FANOUT_BATCH_SLOTS: %d is under 1", w.BatchSlots)
+	}
+	if w.HTTPTimeout <= 0 {
+		return fmt.Errorf("FANOUT_HTTP_TIMEOUT: must be positive")
+	}
+	if _, err := ParseLevel(w.LogLevel); err != nil {
+		return fmt.Errorf("FANOUT_LOG_LEVEL: %w", err)
+	}
+	return nil
+}
+
+// ParseLevel parses a slog level name.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(strings.ToUpper(s)))
+	return l, err
+}
+
+// Logger returns a JSON slog logger at level.
+func Logger(level string) *slog.Logger {
+	l, _ := ParseLevel(level)
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// DialTemporal connects to Temporal with the TEMPORAL_* environment (address,
+// namespace, TLS, API key), logging through logger.
+func DialTemporal(ctx context.Context, logger *slog.Logger) (client.Client, error) {
+	opts, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		return nil, fmt.Errorf("temporal config (TEMPORAL_*): %w", err)
+	}
+	opts.Logger = tlog.NewStructuredLogger(logger)
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		addr := opts.HostPort
+		if addr == "" {
+			addr = client.DefaultHostPort
+		}
+		return nil, fmt.Errorf("connect to Temporal at %s (TEMPORAL_ADDRESS): %w", addr, err)
+	}
+	return c, nil
+}

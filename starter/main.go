@@ -1,0 +1,123 @@
+// Command starter is fanout's front door.
+//
+//	starter bridge    consume the events topic and start one Fanout workflow per event
+//	starter publish   publish events to the events topic (for demos and tests)
+//
+// Configuration comes from FANOUT_* and TEMPORAL_* environment variables
+// (see the README); publish also takes flags.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/fanout/fanout/internal/bridge"
+	"github.com/fanout/fanout/internal/config"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "bridge":
+		err = runBridge(ctx)
+	case "publish":
+		err = runPublish(ctx, os.Args[2:])
+	default:
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starter:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: starter bridge | starter publish [flags]")
+}
+
+func runBridge(ctx context.Context) error {
+	var cfg config.Bridge
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	log := config.Logger(cfg.LogLevel)
+	tc, err := config.DialTemporal(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	b := bridge.New(bridge.Config{
+		Brokers:        cfg.Brokers,
+		Topic:          cfg.EventsTopic,
+		GroupID:        cfg.Group,
+		DLQTopic:       cfg.EventsDLQ,
+		Validator:      bridge.Validator{Types: cfg.EventTypes, MaxPayloadBytes: cfg.MaxPayloadBytes},
+		CommitInterval: cfg.CommitInterval,
+		Logger:         log,
+	}, tc)
+	log.Info("bridge consuming", "brokers", cfg.Brokers, "topic", cfg.EventsTopic, "group", cfg.Group, "types", cfg.EventTypes)
+	err = b.Run(ctx)
+	log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
+	return err
+}
+
+func runPublish(ctx context.Context, args []string) error {
+	var cfg config.Kafka
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	id := fs.String("id", "", "event id (required; with -count N, ids are <id>-<i>)")
+	typ := fs.String("type", "webhook", "event type")
+	prio := fs.String("priority", "", "priority: high, normal, low (empty: the type's default)")
+	payload := fs.String("payload", "{}", "JSON payload")
+	count := fs.Int("count", 1, "number of events to publish")
+	traceparent := fs.String("traceparent", "", "W3C traceparent header to attach")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *id == "" {
+		return fmt.Errorf("publish: -id is required")
+	}
+	if !json.Valid([]byte(*payload)) {
+		return fmt.Errorf("publish: -payload is not valid JSON")
+	}
+	msgs := make([]kafka.Message, 0, *count)
+	for i := range *count {
+		evID := *id
+		if *count > 1 {
+			evID = fmt.Sprintf("%s-%d", *id, i)
+		}
+		v, err := json.Marshal(bridge.Envelope{ID: evID, Type: *typ, Priority: *prio, Payload: json.RawMessage(*payload)})
+		if err != nil {
+			return err
+		}
+		m := kafka.Message{Key: []byte(evID), Value: v}
+		if *traceparent != "" {
+			m.Headers = append(m.Headers, kafka.Header{Key: "traceparent", Value: []byte(*traceparent)})
+		}
+		msgs = append(msgs, m)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.EventsTopic, RequiredAcks: kafka.RequireAll, Balancer: &kafka.Hash{}, BatchTimeout: 10 * time.Millisecond}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("publish to %s: %w", cfg.EventsTopic, err)
+	}
+	fmt.Printf("published %d event(s) to %s\n", len(msgs), cfg.EventsTopic)
+	return nil
+}

@@ -1,0 +1,71 @@
+// Command worker is fanout's stock worker binary: it serves the task queues
+// named in FANOUT_QUEUES with the built-in "webhook" event type (recipients
+// from FANOUT_RECIPIENTS_URL, delivery by HTTP POST).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/internal/webhook"
+	"github.com/fanout/fanout/workers"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg config.Worker
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	log := config.Logger(cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	tc, err := config.DialTemporal(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+
+	reg := fanout.NewRegistry()
+	reg.MustRegister(webhook.EventType, &webhook.Handler{
+		RecipientsURL: cfg.RecipientsURL,
+		Client:        webhook.NewClient(cfg.HTTPTimeout, 256),
+	}, fanout.TypeOptions{})
+
+	var rdb redis.UniversalClient
+	if cfg.Dedup {
+		opt, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+		}
+		c := redis.NewClient(opt)
+		defer c.Close()
+		if err := c.Ping(ctx).Err(); err != nil {
+			log.Warn("redis not reachable yet; deliveries wait for it", "url", cfg.URL, "err", err)
+		}
+		rdb = c
+	}
+	return workers.Run(ctx, workers.Options{
+		Client:     tc,
+		Registry:   reg,
+		Redis:      rdb,
+		GateTTL:    cfg.GateTTL,
+		Queues:     cfg.Queues,
+		BatchSlots: cfg.BatchSlots,
+		Logger:     log,
+	})
+}

@@ -1,0 +1,116 @@
+// Package workers runs fanout's Temporal workers: one per task queue the
+// process is told to serve (the events queue, and the delivery queue of each
+// priority), so each pool runs and scales on its own. The stock binary is in
+// cmd/worker; a user's own main registers its handlers in a fanout.Registry
+// and calls Run the same way.
+package workers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/internal/gate"
+	"github.com/fanout/fanout/workflows"
+)
+
+// Queue names accepted in Options.Queues.
+const QueueEvents = "events"
+
+// AllQueues is every queue: events and each priority.
+var AllQueues = []string{QueueEvents, string(fanout.PriorityHigh), string(fanout.PriorityNormal), string(fanout.PriorityLow)}
+
+// Options configure Run.
+type Options struct {
+	Client   client.Client
+	Registry *fanout.Registry
+	// Redis backs the per-recipient attempt-id gate. Nil turns the gate off
+	// (only for measuring its cost; duplicates are then not suppressed).
+	Redis   redis.UniversalClient
+	GateTTL time.Duration
+	// Queues to serve: "events" and/or priorities ("high", "normal", "low").
+	Queues []string
+	// BatchSlots is how many delivery batches one delivery worker runs at
+	// once (each delivers with its type's DeliverConcurrency).
+	BatchSlots int
+	Logger     *slog.Logger
+}
+
+// TaskQueue maps a queue name of Options.Queues to its task queue.
+func TaskQueue(name string) (string, error) {
+	if name == QueueEvents {
+		return fanout.EventsTaskQueue, nil
+	}
+	p, err := fanout.ParsePriority(name)
+	if err != nil {
+		return "", fmt.Errorf("queue %q: %w", name, err)
+	}
+	return fanout.DeliveryTaskQueue(p), nil
+}
+
+// Run starts the workers and blocks until ctx is canceled, then stops them
+// (in-flight activities get the worker's stop timeout to finish).
+func Run(ctx context.Context, o Options) error {
+	if o.Client == nil || o.Registry == nil {
+		return fmt.Errorf("workers: Client and Registry are required")
+	}
+	if len(o.Registry.Types()) == 0 {
+		return fmt.Errorf("workers: the registry has no event types")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	acts := &activities.Activities{Registry: o.Registry, Logger: log}
+	if o.Redis != nil {
+		acts.Gate = gate.New(o.Redis, o.GateTTL)
+	} else {
+		log.Warn("dedup gate is OFF: duplicates are not suppressed")
+	}
+	slots := o.BatchSlots
+	if slots <= 0 {
+		slots = 8
+	}
+	var started []worker.Worker
+	defer func() {
+		for _, w := range started {
+			w.Stop()
+		}
+	}()
+	for _, q := range o.Queues {
+		tq, err := TaskQueue(q)
+		if err != nil {
+			return err
+		}
+		var w worker.Worker
+		if q == QueueEvents {
+			w = worker.New(o.Client, tq, worker.Options{
+				MaxConcurrentActivityExecutionSize: 64,
+				WorkerStopTimeout:                  10 * time.Second,
+			})
+			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: fanout.FanoutWorkflowName})
+		} else {
+			w = worker.New(o.Client, tq, worker.Options{
+				MaxConcurrentActivityExecutionSize: slots,
+				WorkerStopTimeout:                  10 * time.Second,
+			})
+			w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: fanout.DeliveryBatchWorkflow})
+		}
+		w.RegisterActivity(acts)
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("start worker on %s: %w", tq, err)
+		}
+		started = append(started, w)
+		log.Info("worker started", "task_queue", tq)
+	}
+	<-ctx.Done()
+	return nil
+}

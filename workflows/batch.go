@@ -1,0 +1,60 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+)
+
+// DeliveryBatchInput is one batch of an event's recipients.
+type DeliveryBatchInput struct {
+	Event     fanout.Event
+	BatchNo   int
+	AttemptID string
+	// Recipients of this batch (at most fanout.MaxBatchSize).
+	Recipients  []fanout.Recipient
+	Message     fanout.Message
+	MaxAttempts int
+	Concurrency int
+	Timeout     time.Duration
+}
+
+// DeliveryBatchResult reports the batch's per-recipient outcomes.
+type DeliveryBatchResult = activities.DeliverBatchResult
+
+// DeliveryBatch delivers one batch on a delivery task queue. Its activity
+// retries with jittered backoff (the activity chooses each delay); recipients
+// still failing after MaxAttempts come back in the result's Failures.
+func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchResult, error) {
+	timeout := in.Timeout
+	if timeout <= 0 {
+		timeout = fanout.DefaultDeliverTimeout
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: timeout,
+		HeartbeatTimeout:    time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			// DeliverBatch sets the next delay itself (backoff with jitter,
+			// Retry-After); these apply to crashes and Redis outages, which
+			// are retried until they pass.
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    30 * time.Second,
+			MaximumAttempts:    0,
+		},
+	})
+	var res DeliveryBatchResult
+	err := workflow.ExecuteActivity(actx, a.DeliverBatch, activities.DeliverBatchInput{
+		Event:       in.Event,
+		AttemptID:   in.AttemptID,
+		Recipients:  in.Recipients,
+		Message:     in.Message,
+		MaxAttempts: in.MaxAttempts,
+		Concurrency: in.Concurrency,
+	}).Get(ctx, &res)
+	return res, err
+}

@@ -1,0 +1,236 @@
+// Package workflows holds fanout's workflows: Fanout, one per event, which
+// pages the audience and fans delivery batches out as DeliveryBatch children
+// on the task queue of the event's priority.
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+)
+
+// a is the nil receiver through which workflows name activities.
+var a *activities.Activities
+
+// Search attribute keys set by the bridge and upserted by Fanout.
+var (
+	EventTypeKey = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrEventType)
+	PriorityKey  = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrPriority)
+	StatusKey    = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrStatus)
+)
+
+// FanoutInput starts (or continues) the fan-out of one event.
+type FanoutInput struct {
+	Event fanout.Event
+	// State is nil on the first run and carries the cursor and counters
+	// across continue-as-new.
+	State *FanoutState `json:",omitempty"`
+	// MaxHistoryLength makes the run continue-as-new once its history is
+	// longer (0: only when Temporal suggests it). For tests and tuning.
+	MaxHistoryLength int `json:",omitempty"`
+}
+
+// FanoutState is what a run hands to the next one.
+type FanoutState struct {
+	Message   fanout.Message
+	Options   fanout.TypeOptions
+	Priority  fanout.Priority
+	Cursor    string
+	NextBatch int
+	Progress  Progress
+}
+
+// Progress is the answer to the progress query and the workflow's result.
+type Progress struct {
+	Found            int64
+	Delivered        int64
+	Duplicates       int64
+	Failed           int64
+	BatchesStarted   int
+	BatchesCompleted int
+	PendingBatches   int
+	Pages            int
+	Runs             int
+	PagingDone       bool
+	Cursor           string
+}
+
+// FanoutResult is the outcome of an event's fan-out.
+type FanoutResult struct {
+	Progress
+}
+
+// Fanout fans one event out: it generates the message once, pages the
+// recipients through an activity, starts DeliveryBatch children with
+// deterministic ids in a bounded window on the delivery task queue of the
+// event's priority, and continues-as-new (after draining its open batches)
+// when its history grows long.
+func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
+	logger := workflow.GetLogger(ctx)
+	info := workflow.GetInfo(ctx)
+	st := in.State
+	var prog Progress
+	if st != nil {
+		prog = st.Progress
+	}
+	prog.Runs++
+	prog.PendingBatches = 0
+	if err := workflow.SetQueryHandler(ctx, fanout.ProgressQuery, func() (Progress, error) {
+		return prog, nil
+	}); err != nil {
+		return FanoutResult{}, err
+	}
+
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    time.Minute,
+			MaximumAttempts:    0, // get_recipients may be slow or flaky; keep trying
+		},
+	})
+
+	if st == nil {
+		var prep activities.PrepareResult
+		if err := workflow.ExecuteActivity(actx, a.Prepare, activities.PrepareInput{Event: in.Event}).Get(ctx, &prep); err != nil {
+			return finish(ctx, prog, err)
+		}
+		st = &FanoutState{Message: prep.Message, Options: prep.Options.WithDefaults(), Priority: in.Event.Priority}
+		if st.Priority == "" {
+			st.Priority = st.Options.DefaultPriority
+		}
+		if err := workflow.UpsertTypedSearchAttributes(ctx,
+			EventTypeKey.ValueSet(in.Event.Type), PriorityKey.ValueSet(string(st.Priority)),
+			StatusKey.ValueSet(fanout.StatusRunning)); err != nil {
+			return FanoutResult{}, err
+		}
+	}
+	opts := st.Options
+
+	sel := workflow.NewSelector(ctx)
+	pending := 0
+	var childErr error
+	startBatch := func(n int, recips []fanout.Recipient) {
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID:            fanout.BatchWorkflowID(info.WorkflowExecution.ID, n),
+			TaskQueue:             fanout.DeliveryTaskQueue(st.Priority),
+			WorkflowRunTimeout:    24 * time.Hour,
+			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		})
+		fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
+			Event:       in.Event,
+			BatchNo:     n,
+			AttemptID:   fanout.AttemptID(in.Event.ID, n),
+			Recipients:  recips,
+			Message:     st.Message,
+			MaxAttempts: opts.MaxAttempts,
+			Concurrency: opts.DeliverConcurrency,
+			Timeout:     opts.DeliverTimeout,
+		})
+		pending++
+		prog.BatchesStarted++
+		prog.PendingBatches = pending
+		size := int64(len(recips))
+		sel.AddFuture(fut, func(f workflow.Future) {
+			pending--
+			prog.PendingBatches = pending
+			prog.BatchesCompleted++
+			var r DeliveryBatchResult
+			if err := f.Get(ctx, &r); err != nil {
+				// Only cancellation or termination of the batch gets here:
+				// its activity retries everything else.
+				prog.Failed += size
+				if childErr == nil {
+					childErr = err
+				}
+				return
+			}
+			prog.Delivered += int64(r.Delivered)
+			prog.Duplicates += int64(r.Duplicates)
+			prog.Failed += int64(r.Failed)
+		})
+	}
+	drain := func(limit int) {
+		for pending > limit {
+			sel.Select(ctx)
+		}
+	}
+
+	for !prog.PagingDone {
+		if ctx.Err() != nil {
+			break
+		}
+		var page fanout.Page
+		err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
+			Event: in.Event, Cursor: st.Cursor, Limit: opts.PageSize,
+		}).Get(ctx, &page)
+		if err != nil {
+			drain(0)
+			return finish(ctx, prog, err)
+		}
+		prog.Pages++
+		prog.Found += int64(len(page.Recipients))
+		for rs := page.Recipients; len(rs) > 0; {
+			k := min(len(rs), opts.BatchSize)
+			drain(opts.Window - 1)
+			startBatch(st.NextBatch, rs[:k])
+			st.NextBatch++
+			rs = rs[k:]
+		}
+		st.Cursor = page.NextCursor
+		prog.Cursor = page.NextCursor
+		prog.PagingDone = page.NextCursor == ""
+		if !prog.PagingDone && continueAsNewDue(ctx, in.MaxHistoryLength) {
+			// Children close with this run (parent-close policy), so let the
+			// open batches finish first; nothing in flight is lost.
+			drain(0)
+			if ctx.Err() != nil {
+				break
+			}
+			st.Progress = prog
+			logger.Info("continuing as new", "cursor", st.Cursor, "batches", st.NextBatch)
+			return FanoutResult{}, workflow.NewContinueAsNewError(ctx, Fanout, FanoutInput{
+				Event: in.Event, State: st, MaxHistoryLength: in.MaxHistoryLength,
+			})
+		}
+	}
+	drain(0)
+	if ctx.Err() != nil {
+		return finish(ctx, prog, temporal.NewCanceledError())
+	}
+	return finish(ctx, prog, childErr)
+}
+
+func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
+	info := workflow.GetInfo(ctx)
+	if info.GetContinueAsNewSuggested() {
+		return true
+	}
+	return maxHistory > 0 && info.GetCurrentHistoryLength() >= maxHistory
+}
+
+// finish records the final status as a search attribute and returns.
+func finish(ctx workflow.Context, prog Progress, err error) (FanoutResult, error) {
+	status := fanout.StatusCompleted
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.As(err, &canceled) || (err != nil && ctx.Err() != nil):
+		status = fanout.StatusCanceled
+	case err != nil:
+		status = fanout.StatusFailed
+	}
+	uctx, _ := workflow.NewDisconnectedContext(ctx)
+	if uerr := workflow.UpsertTypedSearchAttributes(uctx, StatusKey.ValueSet(status)); uerr != nil {
+		return FanoutResult{Progress: prog}, fmt.Errorf("upsert status: %w (after %v)", uerr, err)
+	}
+	return FanoutResult{Progress: prog}, err
+}

@@ -1,0 +1,620 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+)
+
+// The tests run Fanout and its DeliveryBatch children in the Temporal test
+// environment with the three activities mocked: Prepare returns a fixed
+// message and the fixture's options, RecipientsPage serves a fake in-memory
+// audience (cursor = decimal offset) and DeliverBatch records what it was
+// handed. Durations are on the test environment's mock clock.
+
+// fixture describes one fan-out under test.
+type fixture struct {
+	Event    fanout.Event
+	Audience int                // recipients r00000 .. r<Audience-1>
+	Options  fanout.TypeOptions // as returned by Prepare (defaults not applied)
+	// EmptyTail makes the audience end with an empty page carrying a cursor.
+	EmptyTail bool
+	// MaxHistoryLength is passed in FanoutInput; HistoryPerPage is added to
+	// the (simulated) current history length on each RecipientsPage call,
+	// since the test environment does not count history events.
+	MaxHistoryLength int
+	HistoryPerPage   int
+	PageDelay        time.Duration
+	DeliverDelay     time.Duration
+	// Outcome, if set, classifies a recipient in DeliverBatch's result.
+	Outcome func(r fanout.Recipient) outcome
+	// DeliverErr, if set and non-nil for a batch, is DeliverBatch's error.
+	DeliverErr func(in activities.DeliverBatchInput) error
+	// PrepareErr is Prepare's error.
+	PrepareErr error
+}
+
+type outcome int
+
+const (
+	delivered outcome = iota
+	duplicate
+	failed
+)
+
+var testMessage = fanout.Message{ContentType: "text/plain", Body: []byte("hello")}
+
+func recipientID(i int) string { return fmt.Sprintf("r%05d", i) }
+
+// recorder is shared by the mocks and listeners of one test (possibly across
+// several runs); they run on other goroutines than the test.
+type recorder struct {
+	mu sync.Mutex
+
+	prepares    int
+	pages       int               // RecipientsPage calls in the current run
+	attempts    map[string][]string // attempt id -> recipient ids delivered by it
+	perRecip    map[string]int    // recipient id -> number of DeliverBatch calls holding it
+	badInputs   []string          // DeliverBatch inputs that broke an expectation
+	inflight    int               // DeliverBatch calls in progress
+	maxInflight int
+
+	childIDs    []string
+	childQueues map[string]bool
+	openKids    int
+	maxOpenKids int
+
+	status, priority, eventType string // last upserted search attributes
+}
+
+func newRecorder() *recorder {
+	return &recorder{attempts: map[string][]string{}, perRecip: map[string]int{}, childQueues: map[string]bool{}}
+}
+
+// newEnv builds a test environment for fx whose mocks and listeners report to
+// rec. Prepare, RecipientsPage and DeliverBatch are all mocked; a continued
+// run must not call Prepare (the test checks rec.prepares).
+func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(Fanout)
+	env.RegisterWorkflow(DeliveryBatch)
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: fanout.WorkflowID(fx.Event.Type, fx.Event.ID)})
+	wantOpts := fx.Options.WithDefaults()
+	rec.mu.Lock()
+	rec.pages = 0
+	rec.mu.Unlock()
+
+	env.OnActivity(a.Prepare, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.PrepareInput) (activities.PrepareResult, error) {
+			rec.mu.Lock()
+			rec.prepares++
+			rec.mu.Unlock()
+			if fx.PrepareErr != nil {
+				return activities.PrepareResult{}, fx.PrepareErr
+			}
+			return activities.PrepareResult{Message: testMessage, Options: fx.Options}, nil
+		})
+
+	env.OnActivity(a.RecipientsPage, mock.Anything, mock.Anything).After(fx.PageDelay).Return(
+		func(_ context.Context, in activities.RecipientsPageInput) (fanout.Page, error) {
+			rec.mu.Lock()
+			rec.pages++
+			pages := rec.pages
+			rec.mu.Unlock()
+			if fx.HistoryPerPage > 0 {
+				env.SetCurrentHistoryLength(pages * fx.HistoryPerPage)
+			}
+			if in.Limit != wantOpts.PageSize {
+				return fanout.Page{}, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("limit %d, want %d", in.Limit, wantOpts.PageSize), "Test", nil)
+			}
+			off := 0
+			if in.Cursor != "" {
+				var err error
+				if off, err = strconv.Atoi(in.Cursor); err != nil || off < 0 || off > fx.Audience {
+					return fanout.Page{}, temporal.NewNonRetryableApplicationError("bad cursor "+in.Cursor, "Test", err)
+				}
+			}
+			end := min(off+in.Limit, fx.Audience)
+			var p fanout.Page
+			for i := off; i < end; i++ {
+				p.Recipients = append(p.Recipients, fanout.Recipient{ID: recipientID(i), Address: "addr-" + recipientID(i)})
+			}
+			if end < fx.Audience || (fx.EmptyTail && off < fx.Audience) {
+				p.NextCursor = strconv.Itoa(end)
+			}
+			return p, nil
+		})
+
+	env.OnActivity(a.DeliverBatch, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
+		rec.mu.Lock()
+		rec.inflight++
+		rec.maxInflight = max(rec.maxInflight, rec.inflight)
+		rec.mu.Unlock()
+		return fx.DeliverDelay
+	}).Return(
+		func(_ context.Context, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			rec.inflight--
+			if len(in.Recipients) == 0 || len(in.Recipients) > wantOpts.BatchSize {
+				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: %d recipients (batch size %d)", in.AttemptID, len(in.Recipients), wantOpts.BatchSize))
+			}
+			if in.Event.ID != fx.Event.ID || string(in.Message.Body) != string(testMessage.Body) ||
+				in.MaxAttempts != wantOpts.MaxAttempts || in.Concurrency != wantOpts.DeliverConcurrency {
+				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: unexpected input %+v", in.AttemptID, in))
+			}
+			if fx.DeliverErr != nil {
+				if err := fx.DeliverErr(in); err != nil {
+					return activities.DeliverBatchResult{}, err
+				}
+			}
+			var res activities.DeliverBatchResult
+			for _, r := range in.Recipients {
+				rec.attempts[in.AttemptID] = append(rec.attempts[in.AttemptID], r.ID)
+				rec.perRecip[r.ID]++
+				o := delivered
+				if fx.Outcome != nil {
+					o = fx.Outcome(r)
+				}
+				switch o {
+				case delivered:
+					res.Delivered++
+				case duplicate:
+					res.Duplicates++
+				case failed:
+					res.Failed++
+					res.Failures = append(res.Failures, activities.Failure{Recipient: r, Attempts: 5, Permanent: true, Error: "gone"})
+				}
+			}
+			return res, nil
+		})
+
+	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		rec.childIDs = append(rec.childIDs, info.WorkflowExecution.ID)
+		rec.childQueues[info.TaskQueueName] = true
+		rec.openKids++
+		rec.maxOpenKids = max(rec.maxOpenKids, rec.openKids)
+	})
+	env.SetOnChildWorkflowCompletedListener(func(*workflow.Info, converter.EncodedValue, error) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		rec.openKids--
+	})
+
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if v, ok := sa.GetKeyword(StatusKey); ok {
+			rec.status = v
+		}
+		if v, ok := sa.GetKeyword(PriorityKey); ok {
+			rec.priority = v
+		}
+		if v, ok := sa.GetKeyword(EventTypeKey); ok {
+			rec.eventType = v
+		}
+	})
+	return env
+}
+
+func testEvent(id string) fanout.Event { return fanout.Event{ID: id, Type: "news"} }
+
+// expectedShape is the number of pages and batches the workflow should use
+// for an audience of n.
+func expectedShape(n int, o fanout.TypeOptions, emptyTail bool) (pages, batches int) {
+	o = o.WithDefaults()
+	for off := 0; off < n; off += o.PageSize {
+		pages++
+		batches += (min(o.PageSize, n-off) + o.BatchSize - 1) / o.BatchSize
+	}
+	if n == 0 || emptyTail {
+		pages++
+	}
+	return pages, batches
+}
+
+func runToResult(t *testing.T, env *testsuite.TestWorkflowEnvironment, in FanoutInput) FanoutResult {
+	t.Helper()
+	env.ExecuteWorkflow(Fanout, in)
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow failed: %v", err)
+	}
+	var res FanoutResult
+	if err := env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func queryProgress(t *testing.T, env *testsuite.TestWorkflowEnvironment) Progress {
+	t.Helper()
+	v, err := env.QueryWorkflow(fanout.ProgressQuery)
+	if err != nil {
+		t.Fatalf("query: %v", err)
+	}
+	var p Progress
+	if err := v.Get(&p); err != nil {
+		t.Fatalf("query result: %v", err)
+	}
+	return p
+}
+
+// checkDelivery asserts that batches 0..batches-1 were delivered with their
+// deterministic attempt ids, that together they hold recipients 0..n-1 in
+// order, and that every recipient was handed to DeliverBatch exactly once.
+func checkDelivery(t *testing.T, rec *recorder, ev fanout.Event, n, batches int) {
+	t.Helper()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, b := range rec.badInputs {
+		t.Errorf("DeliverBatch input: %s", b)
+	}
+	if len(rec.attempts) != batches {
+		t.Errorf("DeliverBatch saw %d attempt ids, want %d", len(rec.attempts), batches)
+	}
+	var all []string
+	for b := range batches {
+		ids, ok := rec.attempts[fanout.AttemptID(ev.ID, b)]
+		if !ok {
+			t.Errorf("no DeliverBatch with attempt id %q", fanout.AttemptID(ev.ID, b))
+		}
+		all = append(all, ids...)
+	}
+	want := make([]string, n)
+	for i := range n {
+		want[i] = recipientID(i)
+	}
+	if !slices.Equal(all, want) {
+		t.Errorf("batches in order hold %d recipients, want r00000..r%05d in order", len(all), n-1)
+	}
+	if len(rec.perRecip) != n {
+		t.Errorf("%d distinct recipients delivered, want %d", len(rec.perRecip), n)
+	}
+	for id, c := range rec.perRecip {
+		if c != 1 {
+			t.Errorf("recipient %s delivered %d times", id, c)
+		}
+	}
+	wf := fanout.WorkflowID(ev.Type, ev.ID)
+	wantKids := make([]string, batches)
+	for b := range batches {
+		wantKids[b] = fanout.BatchWorkflowID(wf, b)
+	}
+	gotKids := slices.Sorted(slices.Values(rec.childIDs))
+	slices.Sort(wantKids)
+	if !slices.Equal(gotKids, wantKids) {
+		t.Errorf("child workflow ids %v, want %v", gotKids, wantKids)
+	}
+}
+
+func TestFanoutPaging(t *testing.T) {
+	small := fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3}
+	tests := []struct {
+		name      string
+		n         int
+		opts      fanout.TypeOptions
+		emptyTail bool
+	}{
+		{"empty", 0, small, false},
+		{"one", 1, small, false},
+		{"499", 499, small, false},
+		{"500", 500, small, false},
+		{"500 then empty page", 500, small, true},
+		{"501", 501, small, false},
+		{"2345", 2345, small, false},
+		{"page smaller than batch", 95, fanout.TypeOptions{BatchSize: 100, PageSize: 30, Window: 2}, false},
+		{"default page size", 2345, fanout.TypeOptions{BatchSize: 500}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := fixture{Event: testEvent("ev-" + tc.name), Audience: tc.n, Options: tc.opts, EmptyTail: tc.emptyTail,
+				PageDelay: time.Second, DeliverDelay: time.Minute}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			res := runToResult(t, env, FanoutInput{Event: fx.Event})
+
+			pages, batches := expectedShape(tc.n, tc.opts, tc.emptyTail)
+			want := Progress{Found: int64(tc.n), Delivered: int64(tc.n), BatchesStarted: batches,
+				BatchesCompleted: batches, Pages: pages, Runs: 1, PagingDone: true}
+			if res.Progress != want {
+				t.Errorf("result %+v\nwant   %+v", res.Progress, want)
+			}
+			checkDelivery(t, rec, fx.Event, tc.n, batches)
+			if rec.prepares != 1 {
+				t.Errorf("Prepare called %d times", rec.prepares)
+			}
+			if rec.status != fanout.StatusCompleted || rec.eventType != fx.Event.Type {
+				t.Errorf("search attributes: status %q event type %q", rec.status, rec.eventType)
+			}
+		})
+	}
+}
+
+func TestFanoutWindow(t *testing.T) {
+	for _, window := range []int{1, 2, 5} {
+		t.Run(fmt.Sprintf("window %d", window), func(t *testing.T) {
+			fx := fixture{Event: testEvent("ev-window"), Audience: 1000,
+				Options:   fanout.TypeOptions{BatchSize: 50, PageSize: 200, Window: window},
+				PageDelay: time.Second, DeliverDelay: time.Minute}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			res := runToResult(t, env, FanoutInput{Event: fx.Event})
+			if res.Delivered != 1000 || res.BatchesStarted != 20 {
+				t.Errorf("result %+v", res.Progress)
+			}
+			// Deliveries are slow next to paging, so the window fills up: the
+			// maximum is reached, and never exceeded.
+			if rec.maxOpenKids != window {
+				t.Errorf("at most %d children open at once, want %d", rec.maxOpenKids, window)
+			}
+			if rec.maxInflight != window {
+				t.Errorf("at most %d DeliverBatch calls at once, want %d", rec.maxInflight, window)
+			}
+			if rec.openKids != 0 {
+				t.Errorf("%d children still open", rec.openKids)
+			}
+			checkDelivery(t, rec, fx.Event, 1000, 20)
+		})
+	}
+}
+
+func TestFanoutContinueAsNew(t *testing.T) {
+	// 1000 recipients in pages of 100 (3 batches each: 40+40+20). Each page
+	// adds 10 to the history length; at 30 the run continues as new, so the
+	// runs do 3, 3, 3 and 1 pages.
+	fx := fixture{Event: fanout.Event{ID: "ev-can", Type: "news"}, Audience: 1000,
+		Options:          fanout.TypeOptions{BatchSize: 40, PageSize: 100, Window: 2, DefaultPriority: fanout.PriorityLow},
+		MaxHistoryLength: 30, HistoryPerPage: 10,
+		PageDelay: time.Second, DeliverDelay: time.Minute}
+	rec := newRecorder()
+	in := FanoutInput{Event: fx.Event, MaxHistoryLength: fx.MaxHistoryLength}
+	var res FanoutResult
+	for run := 1; ; run++ {
+		if run > 10 {
+			t.Fatal("too many runs")
+		}
+		env := newEnv(t, fx, rec)
+		env.ExecuteWorkflow(Fanout, in)
+		if !env.IsWorkflowCompleted() {
+			t.Fatalf("run %d did not complete", run)
+		}
+		err := env.GetWorkflowError()
+		var can *workflow.ContinueAsNewError
+		if !errors.As(err, &can) {
+			if err != nil {
+				t.Fatalf("run %d failed: %v", run, err)
+			}
+			if run != 4 {
+				t.Fatalf("completed in run %d, want 4", run)
+			}
+			if err := env.GetWorkflowResult(&res); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if can.WorkflowType == nil || can.WorkflowType.Name != fanout.FanoutWorkflowName {
+			t.Fatalf("run %d continues as %v", run, can.WorkflowType)
+		}
+		var next FanoutInput
+		if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+			t.Fatalf("decode continue-as-new input: %v", err)
+		}
+		st := next.State
+		if st == nil {
+			t.Fatalf("run %d: continue-as-new input has no state", run)
+		}
+		found := 300 * run
+		wantProg := Progress{Found: int64(found), Delivered: int64(found), BatchesStarted: 9 * run,
+			BatchesCompleted: 9 * run, PendingBatches: 0, Pages: 3 * run, Runs: run, Cursor: strconv.Itoa(found)}
+		if st.Progress != wantProg {
+			t.Errorf("run %d state progress %+v\nwant                    %+v", run, st.Progress, wantProg)
+		}
+		if st.Cursor != strconv.Itoa(found) || st.NextBatch != 9*run || st.Priority != fanout.PriorityLow ||
+			string(st.Message.Body) != string(testMessage.Body) || st.Options != fx.Options.WithDefaults() {
+			t.Errorf("run %d state %+v", run, *st)
+		}
+		if next.Event.ID != fx.Event.ID || next.Event.Type != fx.Event.Type || next.MaxHistoryLength != fx.MaxHistoryLength {
+			t.Errorf("run %d next input %+v", run, next)
+		}
+		// All batches of the run completed before it continued.
+		rec.mu.Lock()
+		if rec.openKids != 0 || len(rec.perRecip) != found {
+			t.Errorf("run %d continued with %d children open and %d recipients delivered (want 0, %d)",
+				run, rec.openKids, len(rec.perRecip), found)
+		}
+		rec.mu.Unlock()
+		in = next
+	}
+
+	want := Progress{Found: 1000, Delivered: 1000, BatchesStarted: 30, BatchesCompleted: 30, Pages: 10, Runs: 4, PagingDone: true}
+	if res.Progress != want {
+		t.Errorf("final result %+v\nwant         %+v", res.Progress, want)
+	}
+	checkDelivery(t, rec, fx.Event, 1000, 30)
+	if rec.prepares != 1 {
+		t.Errorf("Prepare called %d times over the runs, want 1", rec.prepares)
+	}
+	if len(rec.childQueues) != 1 || !rec.childQueues[fanout.DeliveryTaskQueue(fanout.PriorityLow)] {
+		t.Errorf("children ran on task queues %v", rec.childQueues)
+	}
+}
+
+func TestFanoutProgressQuery(t *testing.T) {
+	// Pages of 200 take 10s, batches of 100 take 60s, two at a time: at 90s
+	// pages 1 and 2 are in, batches 0 and 1 are done (at 70s) and batches 2
+	// and 3 are running.
+	fx := fixture{Event: testEvent("ev-query"), Audience: 1000,
+		Options:   fanout.TypeOptions{BatchSize: 100, PageSize: 200, Window: 2},
+		PageDelay: 10 * time.Second, DeliverDelay: time.Minute}
+	rec := newRecorder()
+	env := newEnv(t, fx, rec)
+	var mid *Progress
+	env.RegisterDelayedCallback(func() {
+		p := queryProgress(t, env)
+		mid = &p
+	}, 90*time.Second)
+	res := runToResult(t, env, FanoutInput{Event: fx.Event})
+
+	if mid == nil {
+		t.Fatal("the delayed query did not run")
+	}
+	if mid.Found <= 0 || mid.Found >= 1000 || mid.Delivered <= 0 || mid.Delivered >= mid.Found ||
+		mid.PendingBatches <= 0 || mid.PendingBatches > 2 || mid.BatchesCompleted+mid.PendingBatches != mid.BatchesStarted ||
+		mid.PagingDone || mid.Cursor != strconv.Itoa(int(mid.Found)) || mid.Runs != 1 {
+		t.Errorf("implausible mid-run progress %+v", *mid)
+	}
+	wantMid := Progress{Found: 400, Delivered: 200, BatchesStarted: 4, BatchesCompleted: 2, PendingBatches: 2, Pages: 2, Runs: 1, Cursor: "400"}
+	if *mid != wantMid {
+		t.Errorf("mid-run progress %+v\nwant             %+v", *mid, wantMid)
+	}
+
+	end := queryProgress(t, env)
+	if res.Progress != end {
+		t.Errorf("result %+v differs from final query %+v", res.Progress, end)
+	}
+	if end.Delivered != 1000 || !end.PagingDone || end.PendingBatches != 0 {
+		t.Errorf("final progress %+v", end)
+	}
+}
+
+func TestFanoutDeliveryOutcomes(t *testing.T) {
+	// Every 7th recipient fails, every 11th (not failing) is a duplicate.
+	outcomeOf := func(r fanout.Recipient) outcome {
+		i, _ := strconv.Atoi(r.ID[1:])
+		switch {
+		case i%7 == 0:
+			return failed
+		case i%11 == 0:
+			return duplicate
+		}
+		return delivered
+	}
+	const n = 777
+	var wantFailed, wantDup int64
+	for i := range n {
+		switch outcomeOf(fanout.Recipient{ID: recipientID(i)}) {
+		case failed:
+			wantFailed++
+		case duplicate:
+			wantDup++
+		}
+	}
+	fx := fixture{Event: testEvent("ev-fail"), Audience: n, Options: fanout.TypeOptions{BatchSize: 60, PageSize: 180, Window: 4},
+		DeliverDelay: time.Minute, Outcome: outcomeOf}
+	rec := newRecorder()
+	env := newEnv(t, fx, rec)
+	res := runToResult(t, env, FanoutInput{Event: fx.Event})
+	if res.Failed != wantFailed || res.Duplicates != wantDup || res.Delivered != n-wantFailed-wantDup || res.Found != n {
+		t.Errorf("result %+v, want Failed %d Duplicates %d Delivered %d", res.Progress, wantFailed, wantDup, n-wantFailed-wantDup)
+	}
+	if rec.status != fanout.StatusCompleted {
+		t.Errorf("status %q", rec.status)
+	}
+}
+
+func TestFanoutFailedBatch(t *testing.T) {
+	// The DeliverBatch of batch 2 fails for good: its child workflow fails,
+	// its recipients count as failed, the other batches still run and the
+	// fan-out fails at the end.
+	bad := fanout.AttemptID("ev-badbatch", 2)
+	fx := fixture{Event: testEvent("ev-badbatch"), Audience: 500, Options: fanout.TypeOptions{BatchSize: 100, PageSize: 200, Window: 2},
+		DeliverDelay: time.Minute,
+		DeliverErr: func(in activities.DeliverBatchInput) error {
+			if in.AttemptID == bad {
+				return temporal.NewNonRetryableApplicationError("no handler", activities.ErrUnknownEventType, nil)
+			}
+			return nil
+		}}
+	rec := newRecorder()
+	env := newEnv(t, fx, rec)
+	env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event})
+	err := env.GetWorkflowError()
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrUnknownEventType {
+		t.Fatalf("workflow error %v, want the failed batch's UnknownEventType", err)
+	}
+	p := queryProgress(t, env)
+	want := Progress{Found: 500, Delivered: 400, Failed: 100, BatchesStarted: 5, BatchesCompleted: 5, Pages: 3, Runs: 1, PagingDone: true}
+	if p != want {
+		t.Errorf("progress %+v\nwant     %+v", p, want)
+	}
+	if rec.status != fanout.StatusFailed {
+		t.Errorf("status %q, want %q", rec.status, fanout.StatusFailed)
+	}
+}
+
+func TestFanoutPrepareFails(t *testing.T) {
+	fx := fixture{Event: testEvent("ev-prep"), Audience: 10,
+		PrepareErr: temporal.NewNonRetryableApplicationError("event type not registered", activities.ErrUnknownEventType, nil)}
+	rec := newRecorder()
+	env := newEnv(t, fx, rec)
+	env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	err := env.GetWorkflowError()
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrUnknownEventType {
+		t.Fatalf("workflow error %v, want UnknownEventType", err)
+	}
+	if rec.prepares != 1 || rec.pages != 0 || len(rec.childIDs) != 0 {
+		t.Errorf("Prepare %d calls, RecipientsPage %d calls, %d children; want 1, 0, 0", rec.prepares, rec.pages, len(rec.childIDs))
+	}
+	if rec.status != fanout.StatusFailed {
+		t.Errorf("status %q, want %q", rec.status, fanout.StatusFailed)
+	}
+}
+
+func TestFanoutPriority(t *testing.T) {
+	tests := []struct {
+		event, typeDefault, want fanout.Priority
+	}{
+		{fanout.PriorityHigh, fanout.PriorityLow, fanout.PriorityHigh},
+		{fanout.PriorityLow, "", fanout.PriorityLow},
+		{"", fanout.PriorityLow, fanout.PriorityLow},
+		{"", fanout.PriorityHigh, fanout.PriorityHigh},
+		{"", "", fanout.PriorityNormal},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("event %q default %q", tc.event, tc.typeDefault), func(t *testing.T) {
+			ev := testEvent("ev-prio")
+			ev.Priority = tc.event
+			fx := fixture{Event: ev, Audience: 250,
+				Options: fanout.TypeOptions{BatchSize: 100, PageSize: 100, DefaultPriority: tc.typeDefault}}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			runToResult(t, env, FanoutInput{Event: ev})
+			wantQ := fanout.DeliveryTaskQueue(tc.want)
+			if len(rec.childIDs) != 3 || len(rec.childQueues) != 1 || !rec.childQueues[wantQ] {
+				t.Errorf("%d children on task queues %v, want 3 on %s", len(rec.childIDs), rec.childQueues, wantQ)
+			}
+			if rec.priority != string(tc.want) {
+				t.Errorf("priority search attribute %q, want %q", rec.priority, tc.want)
+			}
+		})
+	}
+}
