@@ -30,7 +30,9 @@ type retryAfterError struct {
 	err   error
 }
 
-func (e *retryAfterError) Error() string { return "retry after " + e.after.String() + ": " + e.err.Error() }
+func (e *retryAfterError) Error() string {
+	return "retry after " + e.after.String() + ": " + e.err.Error()
+}
 func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter marks err as transient with a delay the destination asked for

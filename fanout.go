@@ -189,6 +189,11 @@ func (o TypeOptions) Validate() error {
 	case o.MaxAttempts < 0:
 		return fmt.Errorf("MaxAttempts: %d is negative", o.MaxAttempts)
 	}
+	// One page's batches land in one run's history before continue-as-new
+	// is considered; keep that bounded.
+	if d := o.WithDefaults(); d.PageSize > MaxBatchesPerPage*d.BatchSize {
+		return fmt.Errorf("PageSize: %d is over %d batches of %d", d.PageSize, MaxBatchesPerPage, d.BatchSize)
+	}
 	return nil
 }
 
@@ -198,4 +203,6 @@ const (
 	MaxBatchSize = 5000
 	MaxPageSize  = 20000
 	MaxWindow    = 500
+	// MaxBatchesPerPage bounds PageSize/BatchSize.
+	MaxBatchesPerPage = 100
 )

@@ -47,8 +47,10 @@ const (
 const (
 	StatusRunning   = "running"
 	StatusCompleted = "completed"
-	StatusFailed    = "failed"
-	StatusCanceled  = "canceled"
+	// StatusCompletedWithFailures: paging finished, some recipients failed.
+	StatusCompletedWithFailures = "completed_with_failures"
+	StatusFailed                = "failed"
+	StatusCanceled              = "canceled"
 )
 
 // Names of the workflow query and of the workflow types.

@@ -60,6 +60,10 @@ type Progress struct {
 	Runs             int
 	PagingDone       bool
 	Cursor           string
+	// BatchErrors counts batches that ended in error (their recipients are
+	// in Failed); LastBatchError is the latest such error.
+	BatchErrors    int
+	LastBatchError string
 }
 
 // FanoutResult is the outcome of an event's fan-out.
@@ -107,6 +111,10 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 		if st.Priority == "" {
 			st.Priority = st.Options.DefaultPriority
 		}
+		if !st.Priority.Valid() {
+			return finish(ctx, prog, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("unknown priority %q", st.Priority), "UnknownPriority", nil))
+		}
 		if err := workflow.UpsertTypedSearchAttributes(ctx,
 			EventTypeKey.ValueSet(in.Event.Type), PriorityKey.ValueSet(string(st.Priority)),
 			StatusKey.ValueSet(fanout.StatusRunning)); err != nil {
@@ -117,7 +125,6 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 
 	sel := workflow.NewSelector(ctx)
 	pending := 0
-	var childErr error
 	startBatch := func(n int, recips []fanout.Recipient) {
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:            fanout.BatchWorkflowID(info.WorkflowExecution.ID, n),
@@ -146,12 +153,12 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 			prog.BatchesCompleted++
 			var r DeliveryBatchResult
 			if err := f.Get(ctx, &r); err != nil {
-				// Only cancellation or termination of the batch gets here:
-				// its activity retries everything else.
+				// Cancellation, termination or timeout of the batch, or a
+				// non-retryable activity error (an event type this worker
+				// does not know): its recipients count as failed.
 				prog.Failed += size
-				if childErr == nil {
-					childErr = err
-				}
+				prog.BatchErrors++
+				prog.LastBatchError = err.Error()
 				return
 			}
 			prog.Delivered += int64(r.Delivered)
@@ -182,9 +189,15 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 		for rs := page.Recipients; len(rs) > 0; {
 			k := min(len(rs), opts.BatchSize)
 			drain(opts.Window - 1)
+			if ctx.Err() != nil {
+				break
+			}
 			startBatch(st.NextBatch, rs[:k])
 			st.NextBatch++
 			rs = rs[k:]
+		}
+		if ctx.Err() != nil {
+			break // canceled mid-page: the cursor stays at this page
 		}
 		st.Cursor = page.NextCursor
 		prog.Cursor = page.NextCursor
@@ -207,7 +220,7 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 	if ctx.Err() != nil {
 		return finish(ctx, prog, temporal.NewCanceledError())
 	}
-	return finish(ctx, prog, childErr)
+	return finish(ctx, prog, nil)
 }
 
 func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
@@ -221,6 +234,9 @@ func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
 // finish records the final status as a search attribute and returns.
 func finish(ctx workflow.Context, prog Progress, err error) (FanoutResult, error) {
 	status := fanout.StatusCompleted
+	if err == nil && prog.Failed > 0 {
+		status = fanout.StatusCompletedWithFailures
+	}
 	var canceled *temporal.CanceledError
 	switch {
 	case errors.As(err, &canceled) || (err != nil && ctx.Err() != nil):

@@ -194,8 +194,11 @@ func StartOptions(ev fanout.Event) client.StartWorkflowOptions {
 		TaskQueue:                fanout.EventsTaskQueue,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		TypedSearchAttributes:    temporal.NewSearchAttributes(sa...),
-		StaticSummary:            fmt.Sprintf("%s event %s (priority %s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default")),
+		// A closed workflow with this id must come back as an error, not as
+		// a handle to the old run, so the bridge can count the duplicate.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
+		StaticSummary:                            fmt.Sprintf("%s event %s (priority %s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default")),
 	}
 }
 

@@ -215,7 +215,7 @@ func WaitTemporal(ctx context.Context, addr string, p *Proc) error {
 		if p != nil && p.Exited() {
 			return fmt.Errorf("temporal dev server exited during start-up (see its log)")
 		}
-		c, err := client.Dial(client.Options{HostPort: addr, Logger: quietLogger{}})
+		c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}})
 		if err == nil {
 			_, herr := c.CheckHealth(ctx, &client.CheckHealthRequest{})
 			c.Close()
@@ -307,9 +307,10 @@ func StartKafka(port int) (*kfake.Cluster, string, error) {
 	return c, c.ListenAddrs()[0], nil
 }
 
-type quietLogger struct{}
+// QuietLogger discards Temporal client logs.
+type QuietLogger struct{}
 
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}
+func (QuietLogger) Debug(string, ...any) {}
+func (QuietLogger) Info(string, ...any)  {}
+func (QuietLogger) Warn(string, ...any)  {}
+func (QuietLogger) Error(string, ...any) {}
