@@ -59,3 +59,9 @@ const (
 	FanoutWorkflowName    = "Fanout"
 	DeliveryBatchWorkflow = "DeliveryBatch"
 )
+
+// RedriveWorkflowID is the id of the n-th DeliveryBatch of a redrive round
+// of one batch's dead letters.
+func RedriveWorkflowID(eventWorkflowID, attemptID, round string, n int) string {
+	return fmt.Sprintf("%s/redrive/%s/%s/%d", eventWorkflowID, round, attemptID, n)
+}

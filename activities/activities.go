@@ -28,6 +28,9 @@ type Activities struct {
 	// Gate is the per-recipient attempt-id gate; nil turns deduplication off
 	// (for benchmarks only).
 	Gate *gate.Gate
+	// DeadLetters receives recipients given up after MaxAttempts or a
+	// permanent failure; nil only reports them in the batch result.
+	DeadLetters DeadLetterPublisher
 	// Backoff computes delivery retry delays (backoff.Default when zero).
 	Backoff backoff.Policy
 	Logger  *slog.Logger
@@ -107,16 +110,26 @@ func nonRetryableIfPermanent(err error) error {
 	return err
 }
 
+// DeadLetterPublisher publishes dead letters (the deliveries DLQ topic).
+type DeadLetterPublisher interface {
+	Publish(ctx context.Context, dls []fanout.DeadLetter) error
+}
+
 // DeliverBatchInput is one batch of recipients to deliver.
 type DeliverBatchInput struct {
 	Event      fanout.Event
+	Priority   fanout.Priority
 	AttemptID  string
 	Recipients []fanout.Recipient
 	Message    fanout.Message
-	// MaxAttempts: after this many activity attempts, recipients that still
-	// fail are reported failed instead of retried.
+	// MaxAttempts: a recipient that failed this many times (counted per
+	// recipient across activity retries) is dead-lettered.
 	MaxAttempts int
 	Concurrency int
+	// Redrive re-delivers recipients this attempt id dead-lettered; Round
+	// names the redrive so its attempts are counted afresh.
+	Redrive bool
+	Round   string
 }
 
 // Failure is a recipient that was not delivered.
@@ -128,12 +141,14 @@ type Failure struct {
 }
 
 // DeliverBatchResult counts the batch's outcomes; every recipient is in
-// exactly one of Delivered, Duplicates and Failed.
+// exactly one of Delivered, Duplicates and Failed. DeadLettered counts the
+// Failed ones that are in the deliveries DLQ.
 type DeliverBatchResult struct {
-	Delivered  int
-	Duplicates int
-	Failed     int
-	Failures   []Failure
+	Delivered    int
+	Duplicates   int
+	Failed       int
+	DeadLettered int
+	Failures     []Failure
 }
 
 // deliverProgress is the heartbeat detail of DeliverBatch.
@@ -142,19 +157,26 @@ type deliverProgress struct {
 	Total int
 }
 
+type outcome struct {
+	r          fanout.Recipient
+	err        error
+	retryAfter time.Duration
+}
+
 // DeliverBatch delivers the message to a batch of recipients: the gate
 // decides per recipient (one Redis pipeline for the batch), deliveries run
-// concurrently up to Concurrency, each success is marked delivered at once,
-// and transient failures make the activity retry after a jittered backoff
-// (or the destination's Retry-After). A retry presents the same attempt id,
-// so what was delivered is skipped and what was in flight is delivered again.
+// concurrently up to Concurrency, each success is marked delivered at once.
+// Transient failures make the activity retry after a jittered backoff (or
+// the destination's Retry-After); a retry presents the same attempt id, so
+// what was delivered is skipped and what was in flight is delivered again.
+// Permanent failures, and recipients that failed MaxAttempts times, go to
+// the deliveries DLQ and are not tried again (until a redrive).
 func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
 	h, _, err := a.handler(in.Event.Type)
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
-	info := activity.GetInfo(ctx)
-	attempt := int(info.Attempt)
+	attempt := int(activity.GetInfo(ctx).Attempt)
 	var res DeliverBatchResult
 
 	todo := in.Recipients
@@ -163,7 +185,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		for i, r := range in.Recipients {
 			ids[i] = r.ID
 		}
-		verdicts, err := a.Gate.Acquire(ctx, in.Event.ID, in.AttemptID, ids)
+		verdicts, err := a.Gate.Acquire(ctx, in.Event.ID, in.AttemptID, ids, in.Redrive)
 		if err != nil {
 			// Redis is unreachable: never deliver without the gate; retry.
 			return res, err
@@ -177,20 +199,103 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 				res.Delivered++
 			case gate.Duplicate:
 				res.Duplicates++
+			case gate.DeadLetteredByUs:
+				res.Failed++
+				res.DeadLettered++
 			}
 		}
 	}
 
-	conc := max(in.Concurrency, 1)
+	outcomes, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
+	if err != nil {
+		return DeliverBatchResult{}, err
+	}
+	var failed []outcome
+	for _, o := range outcomes {
+		if o.err == nil {
+			res.Delivered++
+		} else {
+			failed = append(failed, o)
+		}
+	}
+	if len(failed) == 0 {
+		return res, nil
+	}
+
+	// Count the failures per recipient (in Redis, so retries and crashes
+	// do not reset them), and split into given-up and to-retry.
+	counts := make([]int, len(failed))
+	if a.Gate != nil {
+		ids := make([]string, len(failed))
+		for i, o := range failed {
+			ids[i] = o.r.ID
+		}
+		if counts, err = a.Gate.CountFailures(ctx, in.Event.ID, in.AttemptID, in.Round, ids); err != nil {
+			return DeliverBatchResult{}, err
+		}
+	} else {
+		for i := range counts {
+			counts[i] = attempt
+		}
+	}
+	maxAttempts := max(in.MaxAttempts, 1)
+	var giveUp []Failure
+	var retry []outcome
+	var retryAfter time.Duration
+	for i, o := range failed {
+		perm := fanout.IsPermanent(o.err)
+		if perm || counts[i] >= maxAttempts {
+			giveUp = append(giveUp, Failure{Recipient: o.r, Attempts: counts[i], Permanent: perm, Error: o.err.Error()})
+			continue
+		}
+		retry = append(retry, o)
+		retryAfter = max(retryAfter, o.retryAfter)
+	}
+	if len(giveUp) > 0 {
+		if err := a.deadLetter(ctx, in, giveUp); err != nil {
+			return DeliverBatchResult{}, err
+		}
+		res.Failed += len(giveUp)
+		res.Failures = append(res.Failures, giveUp...)
+		if a.DeadLetters != nil {
+			res.DeadLettered += len(giveUp)
+		}
+	}
+	if len(retry) > 0 {
+		pol := a.Backoff
+		if pol.Initial == 0 {
+			pol = backoff.Default
+		}
+		// The backoff grows with the recipients' own failure counts.
+		n := 0
+		for i, o := range failed {
+			if !fanout.IsPermanent(o.err) && counts[i] < maxAttempts {
+				n = max(n, counts[i])
+			}
+		}
+		delay := pol.Delay(n, retryAfter, nil)
+		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
+			fmt.Sprintf("%d of %d recipients failed transiently (first: %s); retrying in %v",
+				len(retry), len(in.Recipients), retry[0].err, delay.Round(time.Millisecond)),
+			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
+	}
+	if a.Logger != nil {
+		a.Logger.Warn("batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
+	}
+	return res, nil
+}
+
+// deliverAll delivers to todo with bounded concurrency and marks each
+// success delivered in the gate.
+func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) ([]outcome, error) {
 	var (
-		mu         sync.Mutex
-		retryAfter time.Duration
-		transient  []Failure
-		done       = len(in.Recipients) - len(todo)
-		lastBeat   time.Time
+		mu       sync.Mutex
+		out      = make([]outcome, 0, len(todo))
+		done     = skipped
+		lastBeat time.Time
 	)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(conc)
+	g.SetLimit(max(in.Concurrency, 1))
 	for _, r := range todo {
 		if gctx.Err() != nil {
 			break
@@ -199,27 +304,19 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 			derr := h.Deliver(gctx, in.Event, r, in.Message)
 			if derr == nil && a.Gate != nil {
 				if merr := a.Gate.MarkDelivered(gctx, in.Event.ID, in.AttemptID, r.ID); merr != nil {
-					// Delivered but not marked: a retry will deliver again
-					// (the key still holds our attempt id). Fail the attempt
-					// so nothing is counted twice.
+					// Delivered but not marked: the retry delivers it again
+					// (the key still holds our attempt id).
 					return merr
 				}
 			}
+			o := outcome{r: r, err: derr}
+			if derr != nil {
+				o.retryAfter, _ = fanout.RetryAfterOf(derr)
+			}
 			mu.Lock()
 			defer mu.Unlock()
+			out = append(out, o)
 			done++
-			switch {
-			case derr == nil:
-				res.Delivered++
-			case fanout.IsPermanent(derr):
-				res.Failed++
-				res.Failures = append(res.Failures, Failure{Recipient: r, Attempts: attempt, Permanent: true, Error: derr.Error()})
-			default:
-				if d, ok := fanout.RetryAfterOf(derr); ok && d > retryAfter {
-					retryAfter = d
-				}
-				transient = append(transient, Failure{Recipient: r, Attempts: attempt, Error: derr.Error()})
-			}
 			if time.Since(lastBeat) > time.Second {
 				lastBeat = time.Now()
 				activity.RecordHeartbeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
@@ -228,31 +325,39 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return DeliverBatchResult{}, err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return DeliverBatchResult{}, err
+		return nil, err
 	}
-	if len(transient) > 0 {
-		maxAttempts := max(in.MaxAttempts, 1)
-		if attempt < maxAttempts {
-			pol := a.Backoff
-			if pol.Initial == 0 {
-				pol = backoff.Default
+	return out, nil
+}
+
+// deadLetter publishes the given-up recipients to the deliveries DLQ, then
+// marks them in the gate so retries of this batch skip them.
+func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []Failure) error {
+	if a.DeadLetters != nil {
+		now := time.Now().UTC()
+		dls := make([]fanout.DeadLetter, len(fs))
+		for i, f := range fs {
+			dls[i] = fanout.DeadLetter{
+				EventID: in.Event.ID, EventType: in.Event.Type, Priority: in.Priority, AttemptID: in.AttemptID,
+				Recipient: f.Recipient, Attempts: f.Attempts, Permanent: f.Permanent, LastError: f.Error,
+				Time: now, Event: in.Event, Message: in.Message,
 			}
-			delay := pol.Delay(attempt, retryAfter, nil)
-			return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-				fmt.Sprintf("%d of %d recipients failed transiently (first: %s); retrying in %v",
-					len(transient), len(in.Recipients), transient[0].Error, delay.Round(time.Millisecond)),
-				ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
 		}
-		res.Failed += len(transient)
-		res.Failures = append(res.Failures, transient...)
+		if err := a.DeadLetters.Publish(ctx, dls); err != nil {
+			return err
+		}
 	}
-	if a.Logger != nil && res.Failed > 0 {
-		a.Logger.Warn("batch finished with failures", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
+	if a.Gate != nil {
+		ids := make([]string, len(fs))
+		for i, f := range fs {
+			ids[i] = f.Recipient.ID
+		}
+		return a.Gate.MarkDeadLettered(ctx, in.Event.ID, in.AttemptID, ids...)
 	}
-	return res, nil
+	return nil
 }
 
 // IsDeliveryRetry reports whether err is DeliverBatch asking to be retried.

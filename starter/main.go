@@ -2,6 +2,8 @@
 //
 //	starter bridge    consume the events topic and start one Fanout workflow per event
 //	starter publish   publish events to the events topic (for demos and tests)
+//	starter redrive   re-deliver dead letters of the deliveries DLQ through the same gate
+//	starter redrive-events   re-publish records of the events DLQ after a fix
 //
 // Configuration comes from FANOUT_* and TEMPORAL_* environment variables
 // (see the README); publish also takes flags.
@@ -17,10 +19,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/fanout/fanout/internal/bridge"
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/internal/gate"
+	"github.com/fanout/fanout/internal/redrive"
 )
 
 func main() {
@@ -36,6 +41,10 @@ func main() {
 		err = runBridge(ctx)
 	case "publish":
 		err = runPublish(ctx, os.Args[2:])
+	case "redrive":
+		err = runRedrive(ctx, os.Args[2:])
+	case "redrive-events":
+		err = runRedriveEvents(ctx, os.Args[2:])
 	default:
 		usage()
 		os.Exit(2)
@@ -47,7 +56,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: starter bridge | starter publish [flags]")
+	fmt.Fprintln(os.Stderr, "usage: starter bridge | publish [flags] | redrive [flags] | redrive-events [flags]")
 }
 
 func runBridge(ctx context.Context) error {
@@ -61,6 +70,12 @@ func runBridge(ctx context.Context) error {
 		return err
 	}
 	defer tc.Close()
+	ropt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
 	b := bridge.New(bridge.Config{
 		Brokers:        cfg.Brokers,
 		Topic:          cfg.EventsTopic,
@@ -68,6 +83,8 @@ func runBridge(ctx context.Context) error {
 		DLQTopic:       cfg.EventsDLQ,
 		Validator:      bridge.Validator{Types: cfg.EventTypes, MaxPayloadBytes: cfg.MaxPayloadBytes},
 		CommitInterval: cfg.CommitInterval,
+		Events:         gate.New(rdb, 0),
+		EventTTL:       cfg.EventTTL,
 		Logger:         log,
 	}, tc)
 	log.Info("bridge consuming", "brokers", cfg.Brokers, "topic", cfg.EventsTopic, "group", cfg.Group, "types", cfg.EventTypes)
@@ -120,4 +137,52 @@ func runPublish(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("published %d event(s) to %s\n", len(msgs), cfg.EventsTopic)
 	return nil
+}
+
+func runRedrive(ctx context.Context, args []string) error {
+	var cfg config.Worker
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
+	var f redrive.Filter
+	fs.StringVar(&f.EventID, "event-id", "", "only dead letters of this event id")
+	fs.StringVar(&f.EventType, "event-type", "", "only dead letters of this event type")
+	fs.StringVar(&f.ErrorContains, "error", "", "only dead letters whose last error contains this text")
+	rps := fs.Float64("rate", 100, "re-deliveries per second, at most")
+	round := fs.String("round", "", "name of this redrive (default: a timestamp); rerunning a round is idempotent")
+	wait := fs.Bool("wait", true, "wait for the redrive batches and print their outcome")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := config.Logger(cfg.LogLevel)
+	tc, err := config.DialTemporal(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	res, err := redrive.Deliveries(ctx, tc, redrive.Options{
+		Brokers: cfg.Brokers, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
+	})
+	fmt.Printf("redrive: matched %d dead letters in %d batches; delivered %d, already delivered %d, failed again %d\n",
+		res.Matched, res.Batches, res.Delivered, res.Skipped, res.Failed)
+	return err
+}
+
+func runRedriveEvents(ctx context.Context, args []string) error {
+	var cfg config.Kafka
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("redrive-events", flag.ContinueOnError)
+	reason := fs.String("reason", "", "only records dead-lettered for this reason (e.g. unknown_type)")
+	rps := fs.Float64("rate", 100, "records per second, at most")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	n, err := redrive.Events(ctx, redrive.EventsOptions{
+		Brokers: cfg.Brokers, DLQTopic: cfg.EventsDLQ, EventsTopic: cfg.EventsTopic, Reason: *reason, Rate: *rps,
+	})
+	fmt.Printf("redrive-events: re-published %d records to %s\n", n, cfg.EventsTopic)
+	return err
 }

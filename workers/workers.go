@@ -18,6 +18,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/internal/gate"
 	"github.com/fanout/fanout/workflows"
 )
@@ -36,6 +37,11 @@ type Options struct {
 	// (only for measuring its cost; duplicates are then not suppressed).
 	Redis   redis.UniversalClient
 	GateTTL time.Duration
+	// DeadLetters receives recipients given up after MaxAttempts (the
+	// deliveries DLQ topic); nil only reports them in batch results.
+	DeadLetters activities.DeadLetterPublisher
+	// Backoff of delivery retries (backoff.Default when zero).
+	Backoff backoff.Policy
 	// Queues to serve: "events" and/or priorities ("high", "normal", "low").
 	Queues []string
 	// BatchSlots is how many delivery batches one delivery worker runs at
@@ -69,7 +75,7 @@ func Run(ctx context.Context, o Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	acts := &activities.Activities{Registry: o.Registry, Logger: log}
+	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff}
 	if o.Redis != nil {
 		acts.Gate = gate.New(o.Redis, o.GateTTL)
 	} else {

@@ -13,6 +13,7 @@ import (
 // DeliveryBatchInput is one batch of an event's recipients.
 type DeliveryBatchInput struct {
 	Event     fanout.Event
+	Priority  fanout.Priority
 	BatchNo   int
 	AttemptID string
 	// Recipients of this batch (at most fanout.MaxBatchSize).
@@ -21,6 +22,10 @@ type DeliveryBatchInput struct {
 	MaxAttempts int
 	Concurrency int
 	Timeout     time.Duration
+	// Redrive re-delivers dead-lettered recipients of AttemptID; Round
+	// names the redrive.
+	Redrive bool   `json:",omitempty"`
+	Round   string `json:",omitempty"`
 }
 
 // DeliveryBatchResult reports the batch's per-recipient outcomes.
@@ -50,7 +55,10 @@ func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchRe
 	var res DeliveryBatchResult
 	err := workflow.ExecuteActivity(actx, a.DeliverBatch, activities.DeliverBatchInput{
 		Event:       in.Event,
+		Priority:    in.Priority,
 		AttemptID:   in.AttemptID,
+		Redrive:     in.Redrive,
+		Round:       in.Round,
 		Recipients:  in.Recipients,
 		Message:     in.Message,
 		MaxAttempts: in.MaxAttempts,

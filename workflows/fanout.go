@@ -53,6 +53,7 @@ type Progress struct {
 	Delivered        int64
 	Duplicates       int64
 	Failed           int64
+	DeadLettered     int64
 	BatchesStarted   int
 	BatchesCompleted int
 	PendingBatches   int
@@ -135,6 +136,7 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 		})
 		fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
 			Event:       in.Event,
+			Priority:    st.Priority,
 			BatchNo:     n,
 			AttemptID:   fanout.AttemptID(in.Event.ID, n),
 			Recipients:  recips,
@@ -164,6 +166,7 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 			prog.Delivered += int64(r.Delivered)
 			prog.Duplicates += int64(r.Duplicates)
 			prog.Failed += int64(r.Failed)
+			prog.DeadLettered += int64(r.DeadLettered)
 		})
 	}
 	drain := func(limit int) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/backoff"
+	"github.com/fanout/fanout/internal/gate"
 	"github.com/fanout/fanout/workflows"
 )
 
@@ -49,13 +50,18 @@ type Config struct {
 	Dialer *kafka.Dialer
 	// Transport is used by the DLQ writer for TLS/SASL; nil means plain TCP.
 	Transport kafka.RoundTripper
-	Logger    *slog.Logger
+	// Events keeps the Redis event record of started events for EventTTL,
+	// so a replay after Temporal's retention starts nothing; nil relies on
+	// Temporal's id policies only.
+	Events   *gate.Gate
+	EventTTL time.Duration
+	Logger   *slog.Logger
 }
 
 // Stats are the bridge's counters.
 type Stats struct {
 	Started      atomic.Int64 // workflow starts acknowledged (new or already running)
-	Duplicates   atomic.Int64 // events whose workflow had already closed
+	Duplicates   atomic.Int64 // events already fanned out (closed workflow, or the Redis event record)
 	DeadLettered atomic.Int64
 }
 
@@ -223,9 +229,27 @@ func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event) (duplica
 func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	wid := fanout.WorkflowID(ev.Type, ev.ID)
+	if b.cfg.Events != nil {
+		seen, err := b.cfg.Events.EventSeen(sctx, wid)
+		if err != nil {
+			return err
+		}
+		if seen {
+			b.Stats.Duplicates.Add(1)
+			return nil
+		}
+	}
 	dup, err := StartEvent(sctx, b.tc, ev)
 	if err != nil {
 		return fmt.Errorf("start workflow for event %s: %w", ev.ID, err)
+	}
+	if b.cfg.Events != nil {
+		// Recorded after the start: a crash in between only means the
+		// redelivery finds the workflow through Temporal's id policies.
+		if _, err := b.cfg.Events.RecordEvent(sctx, wid, time.Now().UTC().Format(time.RFC3339), b.cfg.EventTTL); err != nil {
+			return err
+		}
 	}
 	if dup {
 		b.Stats.Duplicates.Add(1)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -63,7 +64,7 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 	if err := dec.Decode(&env); err != nil {
 		return fanout.Event{}, invalid(ReasonInvalidJSON, "%v", err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return fanout.Event{}, invalid(ReasonInvalidJSON, "trailing data after the JSON object")
 	}
 	switch {

@@ -5,10 +5,12 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -35,6 +37,11 @@ type Redis struct {
 // Bridge configures `starter bridge`.
 type Bridge struct {
 	Kafka
+	RedisURL string `env:"FANOUT_REDIS_URL" envDefault:"redis://localhost:6379/0"`
+	// EventTTL is how long the Redis event record keeps a fanned-out event
+	// id: longer than the events topic's retention, so a replay of the
+	// whole topic starts nothing again.
+	EventTTL        time.Duration `env:"FANOUT_EVENT_TTL" envDefault:"720h"`
 	Group           string        `env:"FANOUT_CONSUMER_GROUP" envDefault:"fanout-bridge"`
 	EventTypes      []string      `env:"FANOUT_EVENT_TYPES" envSeparator:"," envDefault:"webhook"`
 	MaxPayloadBytes int           `env:"FANOUT_MAX_PAYLOAD_BYTES" envDefault:"262144"`
@@ -45,6 +52,12 @@ type Bridge struct {
 // Worker configures the worker binary.
 type Worker struct {
 	Redis
+	Brokers       []string `env:"FANOUT_KAFKA_BROKERS" envSeparator:"," envDefault:"localhost:9092"`
+	DeliveriesDLQ string   `env:"FANOUT_DELIVERIES_DLQ_TOPIC" envDefault:"fanout-deliveries-dlq"`
+	// MaxAttempts, RetryInitial and RetryMax tune the stock webhook type.
+	MaxAttempts  int           `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`
+	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
+	RetryMax     time.Duration `env:"FANOUT_RETRY_MAX" envDefault:"1m"`
 	// Queues the process serves: events and/or the priorities high, normal, low.
 	Queues        []string      `env:"FANOUT_QUEUES" envSeparator:"," envDefault:"events,high,normal,low"`
 	RecipientsURL string        `env:"FANOUT_RECIPIENTS_URL"`
@@ -58,7 +71,7 @@ type Worker struct {
 // above) and validates it.
 func Load[T any](cfg *T) error {
 	if err := env.Parse(cfg); err != nil {
-		return fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w", nameVars[T](err))
 	}
 	if v, ok := any(cfg).(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
@@ -68,17 +81,50 @@ func Load[T any](cfg *T) error {
 	return nil
 }
 
-func (k Kafka) validate() error {
-	if len(k.Brokers) == 0 {
+// nameVars rewrites caarlos0/env parse errors so they name the environment
+// variable, not the Go field.
+func nameVars[T any](err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	typ := reflect.TypeFor[T]()
+	out := make([]error, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := typ.FieldByName(pe.Name); ok {
+				if key, _, _ := strings.Cut(f.Tag.Get("env"), ","); key != "" {
+					e = fmt.Errorf("%s: cannot parse as %s: %w", key, pe.Type, pe.Err)
+				}
+			}
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
+}
+
+func validateBrokers(brokers []string) error {
+	if len(brokers) == 0 {
 		return fmt.Errorf("FANOUT_KAFKA_BROKERS: empty")
 	}
-	for _, b := range k.Brokers {
+	for _, b := range brokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			return fmt.Errorf("FANOUT_KAFKA_BROKERS: %q is not host:port", b)
 		}
 	}
-	if k.EventsTopic == "" || k.EventsDLQ == "" {
-		return fmt.Errorf("FANOUT_EVENTS_TOPIC / FANOUT_EVENTS_DLQ_TOPIC: empty")
+	return nil
+}
+
+func (k Kafka) validate() error {
+	if err := validateBrokers(k.Brokers); err != nil {
+		return err
+	}
+	if k.EventsTopic == "" {
+		return fmt.Errorf("FANOUT_EVENTS_TOPIC: empty")
+	}
+	if k.EventsDLQ == "" {
+		return fmt.Errorf("FANOUT_EVENTS_DLQ_TOPIC: empty")
 	}
 	if k.EventsTopic == k.EventsDLQ {
 		return fmt.Errorf("FANOUT_EVENTS_DLQ_TOPIC: must differ from FANOUT_EVENTS_TOPIC")
@@ -90,6 +136,12 @@ func (k Kafka) validate() error {
 func (b *Bridge) Validate() error {
 	if err := b.Kafka.validate(); err != nil {
 		return err
+	}
+	if _, err := redis.ParseURL(b.RedisURL); err != nil {
+		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	}
+	if b.EventTTL < time.Hour {
+		return fmt.Errorf("FANOUT_EVENT_TTL: %v is under 1h; it must outlast the events topic's retention", b.EventTTL)
 	}
 	if b.Group == "" {
 		return fmt.Errorf("FANOUT_CONSUMER_GROUP: empty")
@@ -113,6 +165,18 @@ func (w *Worker) Validate() error {
 	}
 	if w.GateTTL < time.Hour {
 		return fmt.Errorf("FANOUT_GATE_TTL: %v is under 1h; it must outlast every retry of an event", w.GateTTL)
+	}
+	if err := validateBrokers(w.Brokers); err != nil {
+		return err
+	}
+	if w.DeliveriesDLQ == "" {
+		return fmt.Errorf("FANOUT_DELIVERIES_DLQ_TOPIC: empty")
+	}
+	if w.MaxAttempts < 1 {
+		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", w.MaxAttempts)
+	}
+	if w.RetryInitial <= 0 || w.RetryMax < w.RetryInitial {
+		return fmt.Errorf("FANOUT_RETRY_INITIAL / FANOUT_RETRY_MAX: want 0 < initial <= max, got %v and %v", w.RetryInitial, w.RetryMax)
 	}
 	if len(w.Queues) == 0 {
 		return fmt.Errorf("FANOUT_QUEUES: empty")

@@ -85,11 +85,14 @@ type Sink struct {
 	counts map[string]map[string]uint32 // event id -> recipient -> deliveries
 	last   map[string]time.Time         // event id -> last delivery
 
-	total atomic.Int64
-	dups  atomic.Int64
+	total    atomic.Int64
+	dups     atomic.Int64
+	rejected atomic.Int64
+	inflight atomic.Int64
 
-	// Fail, when set, decides an answer code for a delivery (0 = 200).
-	Fail func(eventID, recipientID string) int
+	// Fail, when set, decides the answer to a delivery: an HTTP status
+	// (0 = deliver) and a Retry-After to send with it (0 = none).
+	Fail func(eventID, recipientID string) (int, time.Duration)
 	// Delay is added to every delivery.
 	Delay time.Duration
 }
@@ -109,8 +112,14 @@ func (s *Sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.Delay > 0 {
 		time.Sleep(s.Delay)
 	}
+	s.inflight.Add(1)
+	defer s.inflight.Add(-1)
 	if s.Fail != nil {
-		if code := s.Fail(ev, rc); code != 0 && code != http.StatusOK {
+		if code, after := s.Fail(ev, rc); code != 0 && code != http.StatusOK {
+			if after > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int((after+time.Second-1)/time.Second)))
+			}
+			s.rejected.Add(1)
 			w.WriteHeader(code)
 			return
 		}
@@ -135,6 +144,12 @@ func (s *Sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Total is the number of successful deliveries so far, duplicates included.
 func (s *Sink) Total() int64 { return s.total.Load() }
+
+// Rejected is the number of deliveries answered with an error.
+func (s *Sink) Rejected() int64 { return s.rejected.Load() }
+
+// InFlight is the number of deliveries being served now.
+func (s *Sink) InFlight() int64 { return s.inflight.Load() }
 
 // Duplicates is the number of deliveries to a recipient that already had one.
 func (s *Sink) Duplicates() int64 { return s.dups.Load() }

@@ -289,15 +289,16 @@ func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.
 
 // Topics of the dev stack and their partition counts.
 var Topics = map[string]int32{
-	fanout.DefaultEventsTopic:    4,
-	fanout.DefaultEventsDLQTopic: 1,
+	fanout.DefaultEventsTopic:        4,
+	fanout.DefaultEventsDLQTopic:     1,
+	fanout.DefaultDeliveriesDLQTopic: 1,
 }
 
 // StartKafka starts the embedded kfake broker on 127.0.0.1:port with the
 // dev topics (events topic with 4 partitions).
 func StartKafka(port int) (*kfake.Cluster, string, error) {
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1)}
-	for _, t := range []string{fanout.DefaultEventsTopic, fanout.DefaultEventsDLQTopic} {
+	for _, t := range []string{fanout.DefaultEventsTopic, fanout.DefaultEventsDLQTopic, fanout.DefaultDeliveriesDLQTopic} {
 		opts = append(opts, kfake.SeedTopics(Topics[t], t))
 	}
 	c, err := kfake.NewCluster(opts...)

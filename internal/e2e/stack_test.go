@@ -29,6 +29,8 @@ import (
 	"github.com/fanout/fanout/internal/bridge"
 	"github.com/fanout/fanout/internal/demo"
 	"github.com/fanout/fanout/internal/devstack"
+	"github.com/fanout/fanout/internal/dlq"
+	"github.com/fanout/fanout/internal/gate"
 	"github.com/fanout/fanout/internal/webhook"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workflows"
@@ -138,11 +140,14 @@ func run(m *testing.M) (int, error) {
 		RecipientsURL: srv.URL + "/recipients",
 		Client:        webhook.NewClient(10*time.Second, 256),
 	}, fanout.TypeOptions{BatchSize: 200, Window: 20})
+	dlw := dlq.NewWriter([]string{kaddr}, fanout.DefaultDeliveriesDLQTopic)
+	defer dlw.Close()
 	wctx, wcancel := context.WithCancel(ctx)
 	werr := make(chan error, 1)
 	go func() {
 		werr <- workers.Run(wctx, workers.Options{
 			Client: s.tc, Registry: reg, Redis: s.rdb, Queues: workers.AllQueues, Logger: s.logger,
+			DeadLetters: dlw,
 		})
 	}()
 	defer func() { wcancel(); <-werr }()
@@ -164,6 +169,8 @@ func (s *stack) startBridge() {
 		DLQTopic:       fanout.DefaultEventsDLQTopic,
 		Validator:      bridge.Validator{Types: []string{webhook.EventType}, MaxPayloadBytes: 4096},
 		CommitInterval: 0,
+		Events:         gate.New(s.rdb, 0),
+		EventTTL:       time.Hour,
 		Logger:         s.logger,
 	}, s.tc)
 	done := make(chan struct{})

@@ -32,14 +32,20 @@ const (
 	Redeliver
 	// DeliveredByUs: this attempt id already delivered it.
 	DeliveredByUs
-	// Duplicate: another attempt holds or delivered it.
+	// Duplicate: another attempt holds, delivered or dead-lettered it.
 	Duplicate
+	// DeadLetteredByUs: this attempt id gave up on it and sent it to the
+	// deliveries DLQ. A redrive (same attempt id) delivers it again.
+	DeadLetteredByUs
 )
 
 // ShouldDeliver reports whether the recipient must be delivered now.
 func (v Verdict) ShouldDeliver() bool { return v == Deliver || v == Redeliver }
 
-const deliveredPrefix = "delivered:"
+const (
+	deliveredPrefix    = "delivered:"
+	deadLetteredPrefix = "dead:"
+)
 
 // DefaultTTL is how long a recipient's gate key lives: it must outlast every
 // retry and reset of an event.
@@ -66,8 +72,9 @@ func (g *Gate) Key(eventID, recipientID string) string {
 }
 
 // Acquire runs SET NX GET for every recipient of a batch in one pipeline
-// and returns one verdict per recipient, in order.
-func (g *Gate) Acquire(ctx context.Context, eventID, attemptID string, recipientIDs []string) ([]Verdict, error) {
+// and returns one verdict per recipient, in order. With redrive, recipients
+// this attempt id dead-lettered come back as Redeliver.
+func (g *Gate) Acquire(ctx context.Context, eventID, attemptID string, recipientIDs []string, redrive bool) ([]Verdict, error) {
 	if len(recipientIDs) == 0 {
 		return nil, nil
 	}
@@ -91,6 +98,10 @@ func (g *Gate) Acquire(ctx context.Context, eventID, attemptID string, recipient
 			out[i] = Redeliver
 		case prev == deliveredPrefix+attemptID:
 			out[i] = DeliveredByUs
+		case prev == deadLetteredPrefix+attemptID && redrive:
+			out[i] = Redeliver
+		case prev == deadLetteredPrefix+attemptID:
+			out[i] = DeadLetteredByUs
 		default:
 			out[i] = Duplicate
 		}
@@ -113,6 +124,70 @@ func (g *Gate) MarkDelivered(ctx context.Context, eventID, attemptID string, rec
 	return nil
 }
 
+// MarkDeadLettered records that attemptID gave up on the recipients (they
+// are in the deliveries DLQ), so retries of the batch skip them.
+func (g *Gate) MarkDeadLettered(ctx context.Context, eventID, attemptID string, recipientIDs ...string) error {
+	if len(recipientIDs) == 0 {
+		return nil
+	}
+	pipe := g.rdb.Pipeline()
+	for _, id := range recipientIDs {
+		pipe.Set(ctx, g.Key(eventID, id), deadLetteredPrefix+attemptID, g.ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("gate mark dead-lettered: %w", err)
+	}
+	return nil
+}
+
+// CountFailures adds one failed attempt for each recipient of a batch's
+// round (a round is the first run of the batch or one redrive of it) and
+// returns the totals, so attempts are counted per recipient across activity
+// retries and worker crashes.
+func (g *Gate) CountFailures(ctx context.Context, eventID, attemptID, round string, recipientIDs []string) ([]int, error) {
+	if len(recipientIDs) == 0 {
+		return nil, nil
+	}
+	key := "fanout:a:" + eventID + ":" + attemptID + ":" + round
+	pipe := g.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(recipientIDs))
+	for i, id := range recipientIDs {
+		cmds[i] = pipe.HIncrBy(ctx, key, id, 1)
+	}
+	pipe.Expire(ctx, key, g.ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("gate count failures: %w", err)
+	}
+	out := make([]int, len(cmds))
+	for i, c := range cmds {
+		out[i] = int(c.Val())
+	}
+	return out, nil
+}
+
+// EventSeen reports whether the event record of key exists: the event was
+// fanned out before (design §3: covers the time after Temporal's retention).
+func (g *Gate) EventSeen(ctx context.Context, key string) (bool, error) {
+	n, err := g.rdb.Exists(ctx, "fanout:e:"+key).Result()
+	if err != nil {
+		return false, fmt.Errorf("event record: %w", err)
+	}
+	return n == 1, nil
+}
+
+// RecordEvent writes the event record of key (SET NX GET with ttl) and
+// reports whether it already existed.
+func (g *Gate) RecordEvent(ctx context.Context, key, value string, ttl time.Duration) (existed bool, err error) {
+	_, err = g.rdb.SetArgs(ctx, "fanout:e:"+key, value, redis.SetArgs{Mode: "NX", Get: true, TTL: ttl}).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("event record: %w", err)
+	}
+	return true, nil
+}
+
 // Holder returns who holds a recipient's key: the attempt id, whether it
 // delivered, and whether the key exists. For tests and operators.
 func (g *Gate) Holder(ctx context.Context, eventID, recipientID string) (attemptID string, delivered, ok bool, err error) {
@@ -125,6 +200,9 @@ func (g *Gate) Holder(ctx context.Context, eventID, recipientID string) (attempt
 	}
 	if rest, found := strings.CutPrefix(v, deliveredPrefix); found {
 		return rest, true, true, nil
+	}
+	if rest, found := strings.CutPrefix(v, deadLetteredPrefix); found {
+		return rest, false, true, nil
 	}
 	return v, false, true, nil
 }

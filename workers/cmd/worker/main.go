@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/internal/dlq"
 	"github.com/fanout/fanout/internal/webhook"
 	"github.com/fanout/fanout/workers"
 )
@@ -44,7 +47,9 @@ func run() error {
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
 		RecipientsURL: cfg.RecipientsURL,
 		Client:        webhook.NewClient(cfg.HTTPTimeout, 256),
-	}, fanout.TypeOptions{})
+	}, fanout.TypeOptions{MaxAttempts: cfg.MaxAttempts})
+	dlw := dlq.NewWriter(cfg.Brokers, cfg.DeliveriesDLQ)
+	defer dlw.Close()
 
 	var rdb redis.UniversalClient
 	if cfg.Dedup {
@@ -60,12 +65,14 @@ func run() error {
 		rdb = c
 	}
 	return workers.Run(ctx, workers.Options{
-		Client:     tc,
-		Registry:   reg,
-		Redis:      rdb,
-		GateTTL:    cfg.GateTTL,
-		Queues:     cfg.Queues,
-		BatchSlots: cfg.BatchSlots,
-		Logger:     log,
+		Client:      tc,
+		Registry:    reg,
+		Redis:       rdb,
+		GateTTL:     cfg.GateTTL,
+		Queues:      cfg.Queues,
+		BatchSlots:  cfg.BatchSlots,
+		DeadLetters: dlw,
+		Backoff:     backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
+		Logger:      log,
 	})
 }

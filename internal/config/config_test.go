@@ -1,0 +1,248 @@
+package config
+
+import (
+	"log/slog"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clearFanoutEnv unsets every FANOUT_* variable for the test (t.Setenv
+// restores them afterwards), so defaults are what the test sees.
+func clearFanoutEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "FANOUT_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	clearFanoutEnv(t)
+
+	var b Bridge
+	if err := Load(&b); err != nil {
+		t.Fatalf("Load(Bridge) with defaults: %v", err)
+	}
+	var w Worker
+	if err := Load(&w); err != nil {
+		t.Fatalf("Load(Worker) with defaults: %v", err)
+	}
+	cases := []struct {
+		field     string
+		got, want any
+	}{
+		{"Bridge.Brokers", b.Brokers, []string{"localhost:9092"}},
+		{"Bridge.EventsTopic", b.EventsTopic, "fanout-events"},
+		{"Bridge.EventsDLQ", b.EventsDLQ, "fanout-events-dlq"},
+		{"Bridge.Group", b.Group, "fanout-bridge"},
+		{"Bridge.EventTypes", b.EventTypes, []string{"webhook"}},
+		{"Bridge.MaxPayloadBytes", b.MaxPayloadBytes, 262144},
+		{"Bridge.CommitInterval", b.CommitInterval, 200 * time.Millisecond},
+		{"Bridge.LogLevel", b.LogLevel, "info"},
+		{"Worker.URL", w.URL, "redis://localhost:6379/0"},
+		{"Worker.GateTTL", w.GateTTL, 168 * time.Hour},
+		{"Worker.Queues", w.Queues, []string{"events", "high", "normal", "low"}},
+		{"Worker.RecipientsURL", w.RecipientsURL, ""},
+		{"Worker.HTTPTimeout", w.HTTPTimeout, 10 * time.Second},
+		{"Worker.BatchSlots", w.BatchSlots, 8},
+		{"Worker.Dedup", w.Dedup, true},
+		{"Worker.LogLevel", w.LogLevel, "info"},
+	}
+	for _, c := range cases {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("default %s = %#v, want %#v", c.field, c.got, c.want)
+		}
+	}
+}
+
+func TestLoadGoodValues(t *testing.T) {
+	cases := []struct {
+		name  string
+		env   map[string]string
+		check func(t *testing.T, b Bridge, w Worker)
+	}{
+		{
+			name: "several brokers",
+			env:  map[string]string{"FANOUT_KAFKA_BROKERS": "k1:9092,k2:9093"},
+			check: func(t *testing.T, b Bridge, _ Worker) {
+				if want := []string{"k1:9092", "k2:9093"}; !reflect.DeepEqual(b.Brokers, want) {
+					t.Errorf("Brokers = %v, want %v", b.Brokers, want)
+				}
+			},
+		},
+		{
+			name: "queue subset and gate TTL of exactly 1h",
+			env:  map[string]string{"FANOUT_QUEUES": "high,low", "FANOUT_GATE_TTL": "1h"},
+			check: func(t *testing.T, _ Bridge, w Worker) {
+				if want := []string{"high", "low"}; !reflect.DeepEqual(w.Queues, want) {
+					t.Errorf("Queues = %v, want %v", w.Queues, want)
+				}
+				if w.GateTTL != time.Hour {
+					t.Errorf("GateTTL = %v, want 1h", w.GateTTL)
+				}
+			},
+		},
+		{
+			name: "payload limit at its maximum, upper-case log level",
+			env:  map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "1048576", "FANOUT_LOG_LEVEL": "DEBUG"},
+			check: func(t *testing.T, b Bridge, w Worker) {
+				if b.MaxPayloadBytes != 1<<20 {
+					t.Errorf("MaxPayloadBytes = %d, want %d", b.MaxPayloadBytes, 1<<20)
+				}
+				if b.LogLevel != "DEBUG" || w.LogLevel != "DEBUG" {
+					t.Errorf("LogLevel = %q / %q, want DEBUG", b.LogLevel, w.LogLevel)
+				}
+			},
+		},
+		{
+			name: "redis URL, slots, dedup off",
+			env: map[string]string{"FANOUT_REDIS_URL": "rediss://user:pw@redis.example:6380/2",
+				"FANOUT_BATCH_SLOTS": "1", "FANOUT_DEDUP": "false", "FANOUT_RECIPIENTS_URL": "http://r.example/x"},
+			check: func(t *testing.T, _ Bridge, w Worker) {
+				if w.URL != "rediss://user:pw@redis.example:6380/2" || w.BatchSlots != 1 || w.Dedup ||
+					w.RecipientsURL != "http://r.example/x" {
+					t.Errorf("Worker = %+v", w)
+				}
+			},
+		},
+		{
+			name: "empty value takes the default",
+			env:  map[string]string{"FANOUT_BATCH_SLOTS": "", "FANOUT_EVENTS_TOPIC": ""},
+			check: func(t *testing.T, b Bridge, w Worker) {
+				if w.BatchSlots != 8 || b.EventsTopic != "fanout-events" {
+					t.Errorf("BatchSlots = %d, EventsTopic = %q; want the defaults", w.BatchSlots, b.EventsTopic)
+				}
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clearFanoutEnv(t)
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var b Bridge
+			if err := Load(&b); err != nil {
+				t.Fatalf("Load(Bridge): %v", err)
+			}
+			var w Worker
+			if err := Load(&w); err != nil {
+				t.Fatalf("Load(Worker): %v", err)
+			}
+			c.check(t, b, w)
+		})
+	}
+}
+
+type target int
+
+const (
+	bridge target = iota
+	worker
+)
+
+type badValueCase struct {
+	name   string
+	target target
+	env    map[string]string
+	want   string // the variable the error must name
+}
+
+func runBadValues(t *testing.T, cases []badValueCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clearFanoutEnv(t)
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var err error
+			if c.target == bridge {
+				var b Bridge
+				err = Load(&b)
+			} else {
+				var w Worker
+				err = Load(&w)
+			}
+			if err == nil {
+				t.Fatalf("Load with %v succeeded, want an error naming %s", c.env, c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Load with %v: error %q does not name %s", c.env, err, c.want)
+			}
+		})
+	}
+}
+
+// TestLoadBadValues: every value that validation rejects makes Load fail with
+// an error that names the environment variable to fix.
+func TestLoadBadValues(t *testing.T) {
+	cases := []badValueCase{
+		// Bridge: validation
+		{"broker without port", bridge, map[string]string{"FANOUT_KAFKA_BROKERS": "nohostport"}, "FANOUT_KAFKA_BROKERS"},
+		{"one bad broker among good", bridge, map[string]string{"FANOUT_KAFKA_BROKERS": "k1:9092,nohostport"}, "FANOUT_KAFKA_BROKERS"},
+		{"DLQ topic equal to the default events topic", bridge, map[string]string{"FANOUT_EVENTS_DLQ_TOPIC": "fanout-events"}, "FANOUT_EVENTS_DLQ_TOPIC"},
+		{"DLQ topic equal to the events topic", bridge, map[string]string{"FANOUT_EVENTS_TOPIC": "ev", "FANOUT_EVENTS_DLQ_TOPIC": "ev"}, "FANOUT_EVENTS_DLQ_TOPIC"},
+		{"payload limit zero", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "0"}, "FANOUT_MAX_PAYLOAD_BYTES"},
+		{"payload limit negative", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "-1"}, "FANOUT_MAX_PAYLOAD_BYTES"},
+		{"payload limit over 1 MiB", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "1048577"}, "FANOUT_MAX_PAYLOAD_BYTES"},
+		{"bridge log level", bridge, map[string]string{"FANOUT_LOG_LEVEL": "loud"}, "FANOUT_LOG_LEVEL"},
+
+		// Worker: validation
+		{"unknown queue", worker, map[string]string{"FANOUT_QUEUES": "events,urgent"}, "FANOUT_QUEUES"},
+		{"gate TTL under 1h", worker, map[string]string{"FANOUT_GATE_TTL": "1m"}, "FANOUT_GATE_TTL"},
+		{"gate TTL zero", worker, map[string]string{"FANOUT_GATE_TTL": "0s"}, "FANOUT_GATE_TTL"},
+		{"batch slots zero", worker, map[string]string{"FANOUT_BATCH_SLOTS": "0"}, "FANOUT_BATCH_SLOTS"},
+		{"batch slots negative", worker, map[string]string{"FANOUT_BATCH_SLOTS": "-3"}, "FANOUT_BATCH_SLOTS"},
+		{"worker log level", worker, map[string]string{"FANOUT_LOG_LEVEL": "loud"}, "FANOUT_LOG_LEVEL"},
+		{"redis URL scheme", worker, map[string]string{"FANOUT_REDIS_URL": "ftp://x"}, "FANOUT_REDIS_URL"},
+		{"HTTP timeout zero", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "0s"}, "FANOUT_HTTP_TIMEOUT"},
+		{"HTTP timeout negative", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "-1s"}, "FANOUT_HTTP_TIMEOUT"},
+	}
+	runBadValues(t, cases)
+}
+
+// TestLoadUnparsableValues: values the env parser itself rejects (not a
+// duration, not a number) must also name the environment variable, not only
+// the Go field.
+func TestLoadUnparsableValues(t *testing.T) {
+	cases := []badValueCase{
+		{"gate TTL not a duration", worker, map[string]string{"FANOUT_GATE_TTL": "abc"}, "FANOUT_GATE_TTL"},
+		{"batch slots not a number", worker, map[string]string{"FANOUT_BATCH_SLOTS": "many"}, "FANOUT_BATCH_SLOTS"},
+		{"dedup not a bool", worker, map[string]string{"FANOUT_DEDUP": "maybe"}, "FANOUT_DEDUP"},
+		{"payload limit not a number", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "lots"}, "FANOUT_MAX_PAYLOAD_BYTES"},
+		{"commit interval not a duration", bridge, map[string]string{"FANOUT_COMMIT_INTERVAL": "soon"}, "FANOUT_COMMIT_INTERVAL"},
+	}
+	runBadValues(t, cases)
+}
+
+func TestParseLevel(t *testing.T) {
+	cases := []struct {
+		in      string
+		want    slog.Level
+		wantErr bool
+	}{
+		{"debug", slog.LevelDebug, false},
+		{"info", slog.LevelInfo, false},
+		{"WARN", slog.LevelWarn, false},
+		{"Error", slog.LevelError, false},
+		{"loud", 0, true},
+		{"", 0, true},
+	}
+	for _, c := range cases {
+		got, err := ParseLevel(c.in)
+		if (err != nil) != c.wantErr {
+			t.Errorf("ParseLevel(%q) error = %v, want error %v", c.in, err, c.wantErr)
+			continue
+		}
+		if !c.wantErr && got != c.want {
+			t.Errorf("ParseLevel(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
