@@ -41,7 +41,7 @@ func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchRe
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: timeout,
-		HeartbeatTimeout:    time.Minute,
+		HeartbeatTimeout:    15 * time.Second, // a killed worker's batch is retried after this
 		RetryPolicy: &temporal.RetryPolicy{
 			// DeliverBatch sets the next delay itself (backoff with jitter,
 			// Retry-After); these apply to crashes and Redis outages, which
