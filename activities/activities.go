@@ -33,7 +33,10 @@ type Activities struct {
 	DeadLetters DeadLetterPublisher
 	// Backoff computes delivery retry delays (backoff.Default when zero).
 	Backoff backoff.Policy
-	Logger  *slog.Logger
+	// DeliverConcurrency, when set, replaces the batches' own concurrency:
+	// a delivery worker's concurrent calls are BatchSlots × this.
+	DeliverConcurrency int
+	Logger             *slog.Logger
 }
 
 // Error types of non-retryable application errors.
@@ -295,7 +298,11 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		lastBeat time.Time
 	)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(in.Concurrency, 1))
+	conc := in.Concurrency
+	if a.DeliverConcurrency > 0 {
+		conc = a.DeliverConcurrency
+	}
+	g.SetLimit(max(conc, 1))
 	for _, r := range todo {
 		if gctx.Err() != nil {
 			break

@@ -47,7 +47,10 @@ type Options struct {
 	// BatchSlots is how many delivery batches one delivery worker runs at
 	// once (each delivers with its type's DeliverConcurrency).
 	BatchSlots int
-	Logger     *slog.Logger
+	// DeliverConcurrency, when set, is the number of concurrent deliveries
+	// per batch on this worker, whatever the event type says.
+	DeliverConcurrency int
+	Logger             *slog.Logger
 }
 
 // TaskQueue maps a queue name of Options.Queues to its task queue.
@@ -75,7 +78,7 @@ func Run(ctx context.Context, o Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff}
+	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff, DeliverConcurrency: o.DeliverConcurrency}
 	if o.Redis != nil {
 		acts.Gate = gate.New(o.Redis, o.GateTTL)
 	} else {
@@ -100,12 +103,18 @@ func Run(ctx context.Context, o Options) error {
 		if q == QueueEvents {
 			w = worker.New(o.Client, tq, worker.Options{
 				MaxConcurrentActivityExecutionSize: 64,
-				WorkerStopTimeout:                  10 * time.Second,
+				// More pollers than the default two: event processing is
+				// many short workflow tasks.
+				MaxConcurrentWorkflowTaskPollers: 8,
+				MaxConcurrentActivityTaskPollers: 4,
+				WorkerStopTimeout:                10 * time.Second,
 			})
 			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: fanout.FanoutWorkflowName})
 		} else {
 			w = worker.New(o.Client, tq, worker.Options{
 				MaxConcurrentActivityExecutionSize: slots,
+				MaxConcurrentActivityTaskPollers:   4,
+				MaxConcurrentWorkflowTaskPollers:   4,
 				WorkerStopTimeout:                  10 * time.Second,
 			})
 			w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: fanout.DeliveryBatchWorkflow})

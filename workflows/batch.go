@@ -35,11 +35,29 @@ type DeliveryBatchResult = activities.DeliverBatchResult
 // retries with jittered backoff (the activity chooses each delay); recipients
 // still failing after MaxAttempts come back in the result's Failures.
 func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchResult, error) {
-	timeout := in.Timeout
+	var res DeliveryBatchResult
+	err := workflow.ExecuteActivity(deliverContext(ctx, in.Timeout, ""), a.DeliverBatch, activities.DeliverBatchInput{
+		Event:       in.Event,
+		Priority:    in.Priority,
+		AttemptID:   in.AttemptID,
+		Redrive:     in.Redrive,
+		Round:       in.Round,
+		Recipients:  in.Recipients,
+		Message:     in.Message,
+		MaxAttempts: in.MaxAttempts,
+		Concurrency: in.Concurrency,
+	}).Get(ctx, &res)
+	return res, err
+}
+
+// deliverContext sets the options of the DeliverBatch activity, on taskQueue
+// ("" = the workflow's own).
+func deliverContext(ctx workflow.Context, timeout time.Duration, taskQueue string) workflow.Context {
 	if timeout <= 0 {
 		timeout = fanout.DefaultDeliverTimeout
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           taskQueue,
 		StartToCloseTimeout: timeout,
 		HeartbeatTimeout:    15 * time.Second, // a killed worker's batch is retried after this
 		RetryPolicy: &temporal.RetryPolicy{
@@ -52,17 +70,4 @@ func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchRe
 			MaximumAttempts:    0,
 		},
 	})
-	var res DeliveryBatchResult
-	err := workflow.ExecuteActivity(actx, a.DeliverBatch, activities.DeliverBatchInput{
-		Event:       in.Event,
-		Priority:    in.Priority,
-		AttemptID:   in.AttemptID,
-		Redrive:     in.Redrive,
-		Round:       in.Round,
-		Recipients:  in.Recipients,
-		Message:     in.Message,
-		MaxAttempts: in.MaxAttempts,
-		Concurrency: in.Concurrency,
-	}).Get(ctx, &res)
-	return res, err
 }

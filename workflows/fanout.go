@@ -77,6 +77,12 @@ type FanoutResult struct {
 // deterministic ids in a bounded window on the delivery task queue of the
 // event's priority, and continues-as-new (after draining its open batches)
 // when its history grows long.
+//
+// The message and the first page are fetched by local activities in the
+// first workflow task. An event whose whole audience fits one batch skips
+// the child: its one batch runs as a DeliverBatch activity directly on the
+// delivery task queue, with the same attempt id batch 0 would have. A small
+// event then costs two workflow tasks and one activity.
 func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 	logger := workflow.GetLogger(ctx)
 	info := workflow.GetInfo(ctx)
@@ -102,10 +108,20 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 			MaximumAttempts:    0, // get_recipients may be slow or flaky; keep trying
 		},
 	})
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    time.Second,
+			BackoffCoefficient: 2,
+			MaximumInterval:    5 * time.Second,
+			MaximumAttempts:    3,
+		},
+	})
 
+	var firstPage *fanout.Page
 	if st == nil {
 		var prep activities.PrepareResult
-		if err := workflow.ExecuteActivity(actx, a.Prepare, activities.PrepareInput{Event: in.Event}).Get(ctx, &prep); err != nil {
+		if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &prep); err != nil {
 			return finish(ctx, prog, err)
 		}
 		st = &FanoutState{Message: prep.Message, Options: prep.Options.WithDefaults(), Priority: in.Event.Priority}
@@ -116,10 +132,22 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 			return finish(ctx, prog, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("unknown priority %q", st.Priority), "UnknownPriority", nil))
 		}
-		if err := workflow.UpsertTypedSearchAttributes(ctx,
-			EventTypeKey.ValueSet(in.Event.Type), PriorityKey.ValueSet(string(st.Priority)),
-			StatusKey.ValueSet(fanout.StatusRunning)); err != nil {
-			return FanoutResult{}, err
+		if in.Event.Priority == "" {
+			// The bridge set type and status at start; the default priority
+			// is only known now.
+			if err := workflow.UpsertTypedSearchAttributes(ctx, PriorityKey.ValueSet(string(st.Priority))); err != nil {
+				return FanoutResult{}, err
+			}
+		}
+		var page fanout.Page
+		if err := localThenRemote(ctx, lctx, actx, a.RecipientsPage, activities.RecipientsPageInput{
+			Event: in.Event, Limit: st.Options.PageSize,
+		}, &page); err != nil {
+			return finish(ctx, prog, err)
+		}
+		firstPage = &page
+		if page.NextCursor == "" && len(page.Recipients) <= st.Options.BatchSize {
+			return deliverInline(ctx, in.Event, st, prog, page.Recipients)
 		}
 	}
 	opts := st.Options
@@ -180,10 +208,11 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 			break
 		}
 		var page fanout.Page
-		err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
+		if firstPage != nil {
+			page, firstPage = *firstPage, nil
+		} else if err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
 			Event: in.Event, Cursor: st.Cursor, Limit: opts.PageSize,
-		}).Get(ctx, &page)
-		if err != nil {
+		}).Get(ctx, &page); err != nil {
 			drain(0)
 			return finish(ctx, prog, err)
 		}
@@ -222,6 +251,54 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 	drain(0)
 	if ctx.Err() != nil {
 		return finish(ctx, prog, temporal.NewCanceledError())
+	}
+	return finish(ctx, prog, nil)
+}
+
+// localThenRemote runs an activity as a local activity (no extra workflow
+// task) and falls back to a regular activity when that fails for a reason
+// other than a non-retryable error (a slow get_recipients, a worker
+// restart).
+func localThenRemote(ctx, lctx, actx workflow.Context, act, in, out any) error {
+	err := workflow.ExecuteLocalActivity(lctx, act, in).Get(ctx, out)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.NonRetryable() {
+		return err
+	}
+	workflow.GetLogger(ctx).Warn("local activity failed; retrying as an activity", "error", err)
+	return workflow.ExecuteActivity(actx, act, in).Get(ctx, out)
+}
+
+// deliverInline delivers a single-batch event without a child workflow.
+func deliverInline(ctx workflow.Context, ev fanout.Event, st *FanoutState, prog Progress, recips []fanout.Recipient) (FanoutResult, error) {
+	prog.Pages++
+	prog.Found += int64(len(recips))
+	prog.PagingDone = true
+	if len(recips) > 0 {
+		prog.BatchesStarted, prog.PendingBatches = 1, 1
+		var r activities.DeliverBatchResult
+		err := workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, fanout.DeliveryTaskQueue(st.Priority)),
+			a.DeliverBatch, activities.DeliverBatchInput{
+				Event: ev, Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
+				Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
+			}).Get(ctx, &r)
+		prog.PendingBatches, prog.BatchesCompleted = 0, 1
+		if err != nil {
+			prog.Failed += int64(len(recips))
+			prog.BatchErrors++
+			prog.LastBatchError = err.Error()
+			if ctx.Err() != nil {
+				return finish(ctx, prog, temporal.NewCanceledError())
+			}
+			return finish(ctx, prog, nil)
+		}
+		prog.Delivered += int64(r.Delivered)
+		prog.Duplicates += int64(r.Duplicates)
+		prog.Failed += int64(r.Failed)
+		prog.DeadLettered += int64(r.DeadLettered)
 	}
 	return finish(ctx, prog, nil)
 }

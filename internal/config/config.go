@@ -19,6 +19,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 	tlog "go.temporal.io/sdk/log"
+
+	"github.com/fanout/fanout"
 )
 
 // Kafka is the Kafka connection and topics.
@@ -54,7 +56,12 @@ type Worker struct {
 	Redis
 	Brokers       []string `env:"FANOUT_KAFKA_BROKERS" envSeparator:"," envDefault:"localhost:9092"`
 	DeliveriesDLQ string   `env:"FANOUT_DELIVERIES_DLQ_TOPIC" envDefault:"fanout-deliveries-dlq"`
-	// MaxAttempts, RetryInitial and RetryMax tune the stock webhook type.
+	// The stock webhook type's options (0: fanout's defaults).
+	BatchSize          int `env:"FANOUT_BATCH_SIZE"`
+	PageSize           int `env:"FANOUT_PAGE_SIZE"`
+	Window             int `env:"FANOUT_WINDOW"`
+	DeliverConcurrency int `env:"FANOUT_DELIVER_CONCURRENCY"`
+	// MaxAttempts, RetryInitial and RetryMax tune delivery retries.
 	MaxAttempts  int           `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`
 	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
 	RetryMax     time.Duration `env:"FANOUT_RETRY_MAX" envDefault:"1m"`
@@ -172,6 +179,9 @@ func (w *Worker) Validate() error {
 	if w.DeliveriesDLQ == "" {
 		return fmt.Errorf("FANOUT_DELIVERIES_DLQ_TOPIC: empty")
 	}
+	if err := w.TypeOptions().Validate(); err != nil {
+		return fmt.Errorf("FANOUT_BATCH_SIZE / FANOUT_PAGE_SIZE / FANOUT_WINDOW / FANOUT_DELIVER_CONCURRENCY: %w", err)
+	}
 	if w.MaxAttempts < 1 {
 		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", w.MaxAttempts)
 	}
@@ -196,6 +206,14 @@ func (w *Worker) Validate() error {
 		return fmt.Errorf("FANOUT_LOG_LEVEL: %w", err)
 	}
 	return nil
+}
+
+// TypeOptions are the stock webhook type's options.
+func (w *Worker) TypeOptions() fanout.TypeOptions {
+	return fanout.TypeOptions{
+		BatchSize: w.BatchSize, PageSize: w.PageSize, Window: w.Window,
+		DeliverConcurrency: w.DeliverConcurrency, MaxAttempts: w.MaxAttempts,
+	}
 }
 
 // ParseLevel parses a slog level name.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.temporal.io/api/enums/v1"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/bridge"
@@ -214,12 +215,19 @@ func TestKcatPublishedEvent(t *testing.T) {
 	if tq := desc.GetWorkflowExecutionInfo().GetTaskQueue(); tq != fanout.EventsTaskQueue {
 		t.Errorf("event workflow on task queue %q, want %q", tq, fanout.EventsTaskQueue)
 	}
-	// The high-priority batch ran on the high delivery queue.
-	bdesc, err := st.tc.DescribeWorkflowExecution(context.Background(), fanout.BatchWorkflowID(fanout.WorkflowID(webhook.EventType, id), 0), "")
-	if err != nil {
-		t.Fatal(err)
+	// Its one batch ran (inline, as an activity) on the high delivery queue.
+	iter := st.tc.GetWorkflowHistory(context.Background(), fanout.WorkflowID(webhook.EventType, id), "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var queues []string
+	for iter.HasNext() {
+		e, err := iter.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "DeliverBatch" {
+			queues = append(queues, a.GetTaskQueue().GetName())
+		}
 	}
-	if tq := bdesc.GetWorkflowExecutionInfo().GetTaskQueue(); tq != fanout.DeliveryTaskQueue(fanout.PriorityHigh) {
-		t.Errorf("batch on task queue %q, want %q", tq, fanout.DeliveryTaskQueue(fanout.PriorityHigh))
+	if len(queues) != 1 || queues[0] != fanout.DeliveryTaskQueue(fanout.PriorityHigh) {
+		t.Errorf("DeliverBatch scheduled on %v, want once on %s", queues, fanout.DeliveryTaskQueue(fanout.PriorityHigh))
 	}
 }

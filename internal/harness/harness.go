@@ -387,3 +387,30 @@ func (s *Stack) Close() {
 		os.RemoveAll(s.Dir)
 	}
 }
+
+// Pids returns the process id of every process of the stack by name
+// (temporal, redis, and the started workers and bridges).
+func (s *Stack) Pids() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	if s.temporal != nil && !s.temporal.Exited() {
+		out["temporal"] = s.temporal.Pid()
+	}
+	if s.redis != nil && !s.redis.Exited() {
+		out["redis"] = s.redis.Pid()
+	}
+	for name, p := range s.procs {
+		if !p.Exited() {
+			out[name] = p.Pid()
+		}
+	}
+	return out
+}
+
+// Stop stops a worker or bridge process gracefully (SIGTERM).
+func (s *Stack) Stop(name string) {
+	if p := s.Proc(name); p != nil {
+		p.Stop(10 * time.Second)
+	}
+}

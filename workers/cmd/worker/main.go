@@ -47,7 +47,7 @@ func run() error {
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
 		RecipientsURL: cfg.RecipientsURL,
 		Client:        webhook.NewClient(cfg.HTTPTimeout, 256),
-	}, fanout.TypeOptions{MaxAttempts: cfg.MaxAttempts})
+	}, cfg.TypeOptions())
 	dlw := dlq.NewWriter(cfg.Brokers, cfg.DeliveriesDLQ)
 	defer dlw.Close()
 
@@ -72,7 +72,9 @@ func run() error {
 		Queues:      cfg.Queues,
 		BatchSlots:  cfg.BatchSlots,
 		DeadLetters: dlw,
-		Backoff:     backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
-		Logger:      log,
+		// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
+		DeliverConcurrency: cfg.DeliverConcurrency,
+		Backoff:            backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
+		Logger:             log,
 	})
 }

@@ -1,0 +1,170 @@
+// Command bench measures fanout on the real stack on this machine (go tool
+// task bench): the temporal dev server, kfake, redis-server, the project's
+// worker and bridge processes and a loopback HTTP sink. It prints one row
+// per scenario and writes the same numbers to -json FILE. Ratios are
+// measured side by side in one run; nothing here asserts a speed.
+//
+//	go tool task bench
+//	go tool task bench -- -quick -json out.json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fanout/fanout/internal/harness"
+)
+
+// Row is one scenario's result.
+type Row struct {
+	Scenario         string             `json:"scenario"`
+	Size             int                `json:"size"`
+	Seconds          float64            `json:"seconds"`
+	DeliveriesPerSec float64            `json:"deliveries_per_sec,omitempty"`
+	EventsPerSec     float64            `json:"events_per_sec,omitempty"`
+	P50Ms            float64            `json:"p50_ms,omitempty"`
+	P99Ms            float64            `json:"p99_ms,omitempty"`
+	Ratio            float64            `json:"ratio,omitempty"`
+	RatioOf          string             `json:"ratio_of,omitempty"`
+	PeakRSSMB        map[string]float64 `json:"peak_rss_mb,omitempty"`
+	Notes            string             `json:"notes,omitempty"`
+}
+
+// Sizes of the scenarios at scale 1.
+type sizes struct {
+	heavy        int // recipients of the heavy event
+	lightEvents  int
+	lightAud     int
+	lightRate    float64 // events/s published in the paced light run
+	scaling      int     // recipients per scaling run
+	scaleDelay   time.Duration
+	isolationAud int // heavy event running under the isolation scenario
+}
+
+func fullSizes() sizes {
+	return sizes{heavy: 1_000_000, lightEvents: 2000, lightAud: 20, lightRate: 100, scaling: 40_000, scaleDelay: 25 * time.Millisecond, isolationAud: 1_000_000}
+}
+
+func (s sizes) scaled(f float64) sizes {
+	sc := func(n int) int { return max(int(float64(n)*f), 1) }
+	s.heavy, s.lightEvents, s.scaling, s.isolationAud = sc(s.heavy), sc(s.lightEvents), sc(s.scaling), sc(s.isolationAud)
+	return s
+}
+
+var allScenarios = []string{"heavy", "floor", "light", "light-burst", "isolation", "scaling", "dedup"}
+
+func main() {
+	quick := flag.Bool("quick", false, "every scenario at a tenth of the size")
+	jsonOut := flag.String("json", "", "write the rows as JSON to this file")
+	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+")")
+	keep := flag.String("dir", "", "keep logs and state in this directory")
+	flag.Parse()
+	sz := fullSizes()
+	if *quick {
+		sz = sz.scaled(0.1)
+	}
+	want := allScenarios
+	if *only != "" {
+		want = strings.Split(*only, ",")
+		for _, w := range want {
+			if !slices.Contains(allScenarios, w) {
+				fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (have %s)\n", w, strings.Join(allScenarios, ","))
+				os.Exit(2)
+			}
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rows, err := run(ctx, sz, want, *keep, os.Stdout)
+	printTable(os.Stdout, rows)
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rows, "", "  ")
+		if werr := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, sz sizes, want []string, dir string, out io.Writer) ([]Row, error) {
+	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, workers, bridge)...")
+	st, err := harness.Start(ctx, harness.Options{Dir: dir, Log: out})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	b := &bench{st: st, sz: sz, out: out, stamp: time.Now().UTC().Format("150405")}
+	if err := b.startWorkers(); err != nil {
+		return nil, err
+	}
+	var rows []Row
+	scenarios := map[string]func(context.Context) (Row, error){
+		"heavy": b.heavy, "floor": b.floor, "light": b.lightPaced, "light-burst": b.lightBurst,
+		"isolation": b.isolation, "scaling": b.scaling, "dedup": b.dedup,
+	}
+	for _, name := range allScenarios {
+		if !slices.Contains(want, name) {
+			continue
+		}
+		fmt.Fprintf(out, "[bench %s] running\n", name)
+		start := time.Now()
+		row, err := scenarios[name](ctx)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", name, err)
+		}
+		row.Scenario = name
+		rows = append(rows, row)
+		fmt.Fprintf(out, "[bench %s] done in %v\n", name, time.Since(start).Round(100*time.Millisecond))
+	}
+	return rows, nil
+}
+
+func printTable(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tpeak RSS MB\tnotes")
+	for _, r := range rows {
+		ratio := ""
+		if r.RatioOf != "" {
+			ratio = fmt.Sprintf("%.2f (%s)", r.Ratio, r.RatioOf)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
+			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratio, rss(r.PeakRSSMB), r.Notes)
+	}
+	tw.Flush()
+}
+
+func num(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", f)
+}
+
+func rss(m map[string]float64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
