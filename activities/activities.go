@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -84,26 +85,101 @@ type RecipientsPageInput struct {
 	Event  fanout.Event
 	Cursor string
 	Limit  int
+	// BatchSize and FirstBatch number the page's batches when they are
+	// staged (BatchSize 0: never stage, return the recipients).
+	BatchSize  int `json:",omitempty"`
+	FirstBatch int `json:",omitempty"`
 }
 
-// RecipientsPage runs get_recipients for one page.
-func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput) (fanout.Page, error) {
+// BatchRef names a staged batch: its Redis key, and where to fetch it
+// again (page cursor, offset, count) should the staged copy be gone.
+type BatchRef struct {
+	N          int
+	Key        string
+	Count      int
+	PageCursor string
+	PageLimit  int
+	Offset     int
+}
+
+// PageResult is a page of recipients: either the recipients themselves,
+// or, for a page that needs more than one batch, refs to its staged batches.
+type PageResult struct {
+	Recipients []fanout.Recipient `json:"recipients,omitempty"`
+	Batches    []BatchRef         `json:"batches,omitempty"`
+	Count      int                `json:"count,omitempty"`
+	NextCursor string             `json:"next_cursor,omitempty"`
+}
+
+// Len is the number of recipients of the page.
+func (p PageResult) Len() int {
+	if len(p.Batches) > 0 {
+		return p.Count
+	}
+	return len(p.Recipients)
+}
+
+// RecipientsPage runs get_recipients for one page. When a gate is set and
+// the page is more than one final batch, it stages the page's batches in
+// Redis and returns refs, keeping recipients out of the workflow history.
+func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput) (PageResult, error) {
 	h, _, err := a.handler(in.Event.Type)
 	if err != nil {
-		return fanout.Page{}, err
+		return PageResult{}, err
 	}
 	p, err := h.GetRecipients(ctx, in.Event, in.Cursor, in.Limit)
 	if err != nil {
-		return fanout.Page{}, nonRetryableIfPermanent(err)
+		return PageResult{}, nonRetryableIfPermanent(err)
 	}
 	if len(p.Recipients) > in.Limit {
-		return fanout.Page{}, temporal.NewNonRetryableApplicationError(
+		return PageResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("get_recipients returned %d recipients, over the limit %d", len(p.Recipients), in.Limit), "PageTooLarge", nil)
 	}
 	if len(p.Recipients) == 0 && p.NextCursor != "" && p.NextCursor == in.Cursor {
-		return fanout.Page{}, temporal.NewNonRetryableApplicationError("get_recipients returned the same cursor with an empty page", "CursorLoop", nil)
+		return PageResult{}, temporal.NewNonRetryableApplicationError("get_recipients returned the same cursor with an empty page", "CursorLoop", nil)
 	}
-	return p, nil
+	res := PageResult{Recipients: p.Recipients, NextCursor: p.NextCursor, Count: len(p.Recipients)}
+	single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
+	if a.Gate == nil || in.BatchSize <= 0 || single || len(p.Recipients) == 0 {
+		return res, nil
+	}
+	batches := slices.Collect(slices.Chunk(p.Recipients, in.BatchSize))
+	if err := a.Gate.StageBatches(ctx, in.Event.ID, in.FirstBatch, batches); err != nil {
+		return PageResult{}, err
+	}
+	off := 0
+	for i, b := range batches {
+		n := in.FirstBatch + i
+		res.Batches = append(res.Batches, BatchRef{N: n, Key: a.Gate.BatchKey(in.Event.ID, n), Count: len(b),
+			PageCursor: in.Cursor, PageLimit: in.Limit, Offset: off})
+		off += len(b)
+	}
+	res.Recipients = nil
+	return res, nil
+}
+
+// loadBatch returns a staged batch, fetching its page again if the staged
+// copy is gone.
+func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, ev fanout.Event, ref BatchRef) ([]fanout.Recipient, error) {
+	if a.Gate != nil {
+		rs, ok, err := a.Gate.LoadBatch(ctx, ref.Key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return rs, nil
+		}
+	}
+	p, err := h.GetRecipients(ctx, ev, ref.PageCursor, ref.PageLimit)
+	if err != nil {
+		return nil, nonRetryableIfPermanent(err)
+	}
+	if ref.Offset > len(p.Recipients) {
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("batch %d: page at cursor %q has %d recipients now, fewer than offset %d", ref.N, ref.PageCursor, len(p.Recipients), ref.Offset),
+			"PageChanged", nil)
+	}
+	return p.Recipients[ref.Offset:min(ref.Offset+ref.Count, len(p.Recipients))], nil
 }
 
 func nonRetryableIfPermanent(err error) error {
@@ -120,10 +196,12 @@ type DeadLetterPublisher interface {
 
 // DeliverBatchInput is one batch of recipients to deliver.
 type DeliverBatchInput struct {
-	Event      fanout.Event
-	Priority   fanout.Priority
-	AttemptID  string
+	Event     fanout.Event
+	Priority  fanout.Priority
+	AttemptID string
+	// Recipients of the batch, or Ref to the staged batch.
 	Recipients []fanout.Recipient
+	Ref        *BatchRef `json:",omitempty"`
 	Message    fanout.Message
 	// MaxAttempts: a recipient that failed this many times (counted per
 	// recipient across activity retries) is dead-lettered.
@@ -181,6 +259,19 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	}
 	attempt := int(activity.GetInfo(ctx).Attempt)
 	var res DeliverBatchResult
+	if ref := in.Ref; ref != nil {
+		if in.Recipients, err = a.loadBatch(ctx, h, in.Event, *ref); err != nil {
+			return res, err
+		}
+		in.Ref = nil
+		r, err := a.DeliverBatch(ctx, in)
+		if err == nil && a.Gate != nil {
+			// Every recipient is delivered, a duplicate or dead-lettered:
+			// the staged copy is no longer needed (its TTL is the backstop).
+			_ = a.Gate.DropBatch(ctx, ref.Key)
+		}
+		return r, err
+	}
 
 	todo := in.Recipients
 	if a.Gate != nil {
@@ -288,37 +379,62 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	return res, nil
 }
 
-// deliverAll delivers to todo with bounded concurrency and marks each
-// success delivered in the gate.
+// deliverAll delivers to todo with bounded concurrency. Each success is
+// marked delivered in the gate by a flusher that pipelines the marks that
+// piled up while the previous flush was in flight (group commit: one round
+// trip when idle, few under load).
 func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) ([]outcome, error) {
+	conc := in.Concurrency
+	if a.DeliverConcurrency > 0 {
+		conc = a.DeliverConcurrency
+	}
+	conc = max(conc, 1)
 	var (
 		mu       sync.Mutex
 		out      = make([]outcome, 0, len(todo))
 		done     = skipped
 		lastBeat time.Time
+		marks    = make(chan string, conc)
+		flushed  = make(chan error, 1)
 	)
+	go func() {
+		var ferr error
+		buf := make([]string, 0, 256)
+		for id := range marks {
+			buf = append(buf[:0], id)
+		more:
+			for len(buf) < cap(buf) {
+				select {
+				case id, ok := <-marks:
+					if !ok {
+						break more
+					}
+					buf = append(buf, id)
+				default:
+					break more
+				}
+			}
+			if ferr == nil && a.Gate != nil {
+				// Delivered but not marked if this fails: the retry delivers
+				// them again (their keys still hold our attempt id).
+				ferr = a.Gate.MarkDelivered(ctx, in.Event.ID, in.AttemptID, buf...)
+			}
+		}
+		flushed <- ferr
+	}()
 	g, gctx := errgroup.WithContext(ctx)
-	conc := in.Concurrency
-	if a.DeliverConcurrency > 0 {
-		conc = a.DeliverConcurrency
-	}
-	g.SetLimit(max(conc, 1))
+	g.SetLimit(conc)
 	for _, r := range todo {
 		if gctx.Err() != nil {
 			break
 		}
 		g.Go(func() error {
 			derr := h.Deliver(gctx, in.Event, r, in.Message)
-			if derr == nil && a.Gate != nil {
-				if merr := a.Gate.MarkDelivered(gctx, in.Event.ID, in.AttemptID, r.ID); merr != nil {
-					// Delivered but not marked: the retry delivers it again
-					// (the key still holds our attempt id).
-					return merr
-				}
-			}
 			o := outcome{r: r, err: derr}
 			if derr != nil {
 				o.retryAfter, _ = fanout.RetryAfterOf(derr)
+			} else {
+				marks <- r.ID
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -331,8 +447,13 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return nil, err
+	werr := g.Wait()
+	close(marks)
+	if ferr := <-flushed; ferr != nil {
+		return nil, ferr
+	}
+	if werr != nil {
+		return nil, werr
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

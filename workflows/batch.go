@@ -16,8 +16,10 @@ type DeliveryBatchInput struct {
 	Priority  fanout.Priority
 	BatchNo   int
 	AttemptID string
-	// Recipients of this batch (at most fanout.MaxBatchSize).
+	// Recipients of this batch (at most fanout.MaxBatchSize), or Ref to
+	// the batch staged in Redis by the page activity.
 	Recipients  []fanout.Recipient
+	Ref         *activities.BatchRef `json:",omitempty"`
 	Message     fanout.Message
 	MaxAttempts int
 	Concurrency int
@@ -43,6 +45,7 @@ func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchRe
 		Redrive:     in.Redrive,
 		Round:       in.Round,
 		Recipients:  in.Recipients,
+		Ref:         in.Ref,
 		Message:     in.Message,
 		MaxAttempts: in.MaxAttempts,
 		Concurrency: in.Concurrency,

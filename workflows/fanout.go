@@ -118,7 +118,7 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 		},
 	})
 
-	var firstPage *fanout.Page
+	var firstPage *activities.PageResult
 	if st == nil {
 		var prep activities.PrepareResult
 		if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &prep); err != nil {
@@ -139,14 +139,14 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 				return FanoutResult{}, err
 			}
 		}
-		var page fanout.Page
+		var page activities.PageResult
 		if err := localThenRemote(ctx, lctx, actx, a.RecipientsPage, activities.RecipientsPageInput{
-			Event: in.Event, Limit: st.Options.PageSize,
+			Event: in.Event, Limit: st.Options.PageSize, BatchSize: st.Options.BatchSize,
 		}, &page); err != nil {
 			return finish(ctx, prog, err)
 		}
 		firstPage = &page
-		if page.NextCursor == "" && len(page.Recipients) <= st.Options.BatchSize {
+		if page.NextCursor == "" && len(page.Batches) == 0 && len(page.Recipients) <= st.Options.BatchSize {
 			return deliverInline(ctx, in.Event, st, prog, page.Recipients)
 		}
 	}
@@ -154,7 +154,8 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 
 	sel := workflow.NewSelector(ctx)
 	pending := 0
-	startBatch := func(n int, recips []fanout.Recipient) {
+	// startBatch starts batch n: recips inline, or the staged batch ref.
+	startBatch := func(n int, recips []fanout.Recipient, ref *activities.BatchRef) {
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:            fanout.BatchWorkflowID(info.WorkflowExecution.ID, n),
 			TaskQueue:             fanout.DeliveryTaskQueue(st.Priority),
@@ -168,6 +169,7 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 			BatchNo:     n,
 			AttemptID:   fanout.AttemptID(in.Event.ID, n),
 			Recipients:  recips,
+			Ref:         ref,
 			Message:     st.Message,
 			MaxAttempts: opts.MaxAttempts,
 			Concurrency: opts.DeliverConcurrency,
@@ -177,6 +179,9 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 		prog.BatchesStarted++
 		prog.PendingBatches = pending
 		size := int64(len(recips))
+		if ref != nil {
+			size = int64(ref.Count)
+		}
 		sel.AddFuture(fut, func(f workflow.Future) {
 			pending--
 			prog.PendingBatches = pending
@@ -207,24 +212,33 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		var page fanout.Page
+		var page activities.PageResult
 		if firstPage != nil {
 			page, firstPage = *firstPage, nil
 		} else if err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
-			Event: in.Event, Cursor: st.Cursor, Limit: opts.PageSize,
+			Event: in.Event, Cursor: st.Cursor, Limit: opts.PageSize, BatchSize: opts.BatchSize, FirstBatch: st.NextBatch,
 		}).Get(ctx, &page); err != nil {
 			drain(0)
 			return finish(ctx, prog, err)
 		}
 		prog.Pages++
-		prog.Found += int64(len(page.Recipients))
-		for rs := page.Recipients; len(rs) > 0; {
+		prog.Found += int64(page.Len())
+		for i := range page.Batches {
+			drain(opts.Window - 1)
+			if ctx.Err() != nil {
+				break
+			}
+			ref := page.Batches[i]
+			startBatch(ref.N, nil, &ref)
+			st.NextBatch = ref.N + 1
+		}
+		for rs := page.Recipients; len(rs) > 0 && len(page.Batches) == 0; {
 			k := min(len(rs), opts.BatchSize)
 			drain(opts.Window - 1)
 			if ctx.Err() != nil {
 				break
 			}
-			startBatch(st.NextBatch, rs[:k])
+			startBatch(st.NextBatch, rs[:k], nil)
 			st.NextBatch++
 			rs = rs[k:]
 		}

@@ -48,6 +48,9 @@ type fixture struct {
 	DeliverErr func(in activities.DeliverBatchInput) error
 	// PrepareErr is Prepare's error.
 	PrepareErr error
+	// Staged makes RecipientsPage stage multi-batch pages (as it does when
+	// the worker has Redis) and return batch refs instead of recipients.
+	Staged bool
 }
 
 type outcome int
@@ -71,8 +74,9 @@ type recorder struct {
 	pages       int                 // RecipientsPage calls in the current run
 	attempts    map[string][]string // attempt id -> recipient ids delivered by it
 	perRecip    map[string]int      // recipient id -> number of DeliverBatch calls holding it
-	badInputs   []string            // DeliverBatch inputs that broke an expectation
-	inflight    int                 // DeliverBatch calls in progress
+	staged      map[string][]fanout.Recipient
+	badInputs   []string // DeliverBatch inputs that broke an expectation
+	inflight    int      // DeliverBatch calls in progress
 	maxInflight int
 
 	childIDs    []string
@@ -84,7 +88,7 @@ type recorder struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{attempts: map[string][]string{}, perRecip: map[string]int{}, childQueues: map[string]bool{}}
+	return &recorder{attempts: map[string][]string{}, perRecip: map[string]int{}, childQueues: map[string]bool{}, staged: map[string][]fanout.Recipient{}}
 }
 
 // newEnv builds a test environment for fx whose mocks and listeners report to
@@ -114,7 +118,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		})
 
 	env.OnActivity(a.RecipientsPage, mock.Anything, mock.Anything).After(fx.PageDelay).Return(
-		func(_ context.Context, in activities.RecipientsPageInput) (fanout.Page, error) {
+		func(_ context.Context, in activities.RecipientsPageInput) (activities.PageResult, error) {
 			rec.mu.Lock()
 			rec.pages++
 			pages := rec.pages
@@ -123,23 +127,38 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 				env.SetCurrentHistoryLength(pages * fx.HistoryPerPage)
 			}
 			if in.Limit != wantOpts.PageSize {
-				return fanout.Page{}, temporal.NewNonRetryableApplicationError(
+				return activities.PageResult{}, temporal.NewNonRetryableApplicationError(
 					fmt.Sprintf("limit %d, want %d", in.Limit, wantOpts.PageSize), "Test", nil)
 			}
 			off := 0
 			if in.Cursor != "" {
 				var err error
 				if off, err = strconv.Atoi(in.Cursor); err != nil || off < 0 || off > fx.Audience {
-					return fanout.Page{}, temporal.NewNonRetryableApplicationError("bad cursor "+in.Cursor, "Test", err)
+					return activities.PageResult{}, temporal.NewNonRetryableApplicationError("bad cursor "+in.Cursor, "Test", err)
 				}
 			}
 			end := min(off+in.Limit, fx.Audience)
-			var p fanout.Page
+			var p activities.PageResult
 			for i := off; i < end; i++ {
 				p.Recipients = append(p.Recipients, fanout.Recipient{ID: recipientID(i), Address: "addr-" + recipientID(i)})
 			}
 			if end < fx.Audience || (fx.EmptyTail && off < fx.Audience) {
 				p.NextCursor = strconv.Itoa(end)
+			}
+			single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
+			if fx.Staged && !single && len(p.Recipients) > 0 {
+				if in.BatchSize != wantOpts.BatchSize {
+					return activities.PageResult{}, temporal.NewNonRetryableApplicationError("batch size not passed", "Test", nil)
+				}
+				p.Count = len(p.Recipients)
+				rec.mu.Lock()
+				for i, b := range slices.Collect(slices.Chunk(p.Recipients, in.BatchSize)) {
+					key := fmt.Sprintf("stage/%d", in.FirstBatch+i)
+					rec.staged[key] = b
+					p.Batches = append(p.Batches, activities.BatchRef{N: in.FirstBatch + i, Key: key, Count: len(b), PageCursor: in.Cursor})
+				}
+				rec.mu.Unlock()
+				p.Recipients = nil
 			}
 			return p, nil
 		})
@@ -155,6 +174,14 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			rec.inflight--
+			if in.Ref != nil {
+				// A staged batch: the workflow passed only the ref.
+				if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
+					in.AttemptID != fanout.AttemptID(fx.Event.ID, in.Ref.N) {
+					rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: bad ref %+v", in.AttemptID, in.Ref))
+				}
+				in.Recipients = rec.staged[in.Ref.Key]
+			}
 			if len(in.Recipients) == 0 || len(in.Recipients) > wantOpts.BatchSize {
 				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: %d recipients (batch size %d)", in.AttemptID, len(in.Recipients), wantOpts.BatchSize))
 			}
@@ -322,21 +349,25 @@ func TestFanoutPaging(t *testing.T) {
 		n         int
 		opts      fanout.TypeOptions
 		emptyTail bool
+		staged    bool
 	}{
-		{"empty", 0, small, false},
-		{"one", 1, small, false},
-		{"499", 499, small, false},
-		{"500", 500, small, false},
-		{"500 then empty page", 500, small, true},
-		{"501", 501, small, false},
-		{"2345", 2345, small, false},
-		{"page smaller than batch", 95, fanout.TypeOptions{BatchSize: 100, PageSize: 30, Window: 2}, false},
-		{"default page size", 2345, fanout.TypeOptions{BatchSize: 500}, false},
+		{"empty", 0, small, false, false},
+		{"one", 1, small, false, false},
+		{"499", 499, small, false, false},
+		{"500", 500, small, false, false},
+		{"500 then empty page", 500, small, true, false},
+		{"501", 501, small, false, false},
+		{"2345", 2345, small, false, false},
+		{"page smaller than batch", 95, fanout.TypeOptions{BatchSize: 100, PageSize: 30, Window: 2}, false, false},
+		{"default page size", 2345, fanout.TypeOptions{BatchSize: 500}, false, false},
+		{"staged 2345", 2345, small, false, true},
+		{"staged one", 1, small, false, true},
+		{"staged 500 then empty page", 500, small, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := fixture{Event: testEvent("ev-" + tc.name), Audience: tc.n, Options: tc.opts, EmptyTail: tc.emptyTail,
-				PageDelay: time.Second, DeliverDelay: time.Minute}
+				PageDelay: time.Second, DeliverDelay: time.Minute, Staged: tc.staged}
 			rec := newRecorder()
 			env := newEnv(t, fx, rec)
 			res := runToResult(t, env, FanoutInput{Event: fx.Event})

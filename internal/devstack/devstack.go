@@ -196,6 +196,11 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error
 		// fraction of the cost of fsync on every history write.
 		args = append(args, "--db-filename", o.DBFile, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off")
 	}
+	// One partition per task queue: on a single-node dev server more
+	// partitions only add forwarding between them.
+	args = append(args,
+		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
 	for _, k := range []string{fanout.SearchAttrEventType, fanout.SearchAttrPriority, fanout.SearchAttrStatus} {
 		args = append(args, "--search-attribute", k+"="+SearchAttributes[k])
 	}

@@ -37,7 +37,9 @@ type Row struct {
 	Ratio            float64            `json:"ratio,omitempty"`
 	RatioOf          string             `json:"ratio_of,omitempty"`
 	PeakRSSMB        map[string]float64 `json:"peak_rss_mb,omitempty"`
-	Notes            string             `json:"notes,omitempty"`
+	// CPUSeconds each process spent during the scenario: where the time goes.
+	CPUSeconds map[string]float64 `json:"cpu_seconds,omitempty"`
+	Notes      string             `json:"notes,omitempty"`
 }
 
 // Sizes of the scenarios at scale 1.
@@ -121,7 +123,9 @@ func run(ctx context.Context, sz sizes, want []string, dir string, out io.Writer
 		}
 		fmt.Fprintf(out, "[bench %s] running\n", name)
 		start := time.Now()
+		cpu0 := b.cpuTimes()
 		row, err := scenarios[name](ctx)
+		row.CPUSeconds = diffCPU(cpu0, b.cpuTimes())
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", name, err)
 		}
@@ -134,14 +138,14 @@ func run(ctx context.Context, sz sizes, want []string, dir string, out io.Writer
 
 func printTable(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tpeak RSS MB\tnotes")
+	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tpeak RSS MB\tCPU s\tnotes")
 	for _, r := range rows {
 		ratio := ""
 		if r.RatioOf != "" {
 			ratio = fmt.Sprintf("%.2f (%s)", r.Ratio, r.RatioOf)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
-			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratio, rss(r.PeakRSSMB), r.Notes)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
+			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratio, rss(r.PeakRSSMB), rss(r.CPUSeconds), r.Notes)
 	}
 	tw.Flush()
 }

@@ -379,3 +379,39 @@ func vmHWM(pid int) (float64, bool) {
 	}
 	return 0, false
 }
+
+// cpuTimes reads user+system CPU seconds of every process of the stack.
+func (b *bench) cpuTimes() map[string]float64 {
+	out := map[string]float64{}
+	pids := b.st.Pids()
+	pids["bench+sink+kafka"] = os.Getpid()
+	for name, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may hold spaces).
+		rest := string(data)
+		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseFloat(f[11], 64)
+		stt, _ := strconv.ParseFloat(f[12], 64)
+		out[name] = (ut + stt) / 100 // clock ticks (USER_HZ = 100)
+	}
+	return out
+}
+
+func diffCPU(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d >= 0.05 {
+			out[k] = float64(int(d*10+0.5)) / 10
+		}
+	}
+	return out
+}
