@@ -41,11 +41,17 @@ const (
 	SearchAttrEventType = "FanoutEventType"
 	SearchAttrPriority  = "FanoutPriority"
 	SearchAttrStatus    = "FanoutStatus"
+	// Int attributes (SQL visibility has three custom Int slots; these are
+	// the counts an operator filters on).
+	SearchAttrFound     = "FanoutFound"
+	SearchAttrDelivered = "FanoutDelivered"
+	SearchAttrFailed    = "FanoutFailed"
 )
 
 // Workflow status values of SearchAttrStatus.
 const (
 	StatusRunning   = "running"
+	StatusPaused    = "paused"
 	StatusCompleted = "completed"
 	// StatusCompletedWithFailures: paging finished, some recipients failed.
 	StatusCompletedWithFailures = "completed_with_failures"

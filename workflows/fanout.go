@@ -24,7 +24,14 @@ var (
 	EventTypeKey = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrEventType)
 	PriorityKey  = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrPriority)
 	StatusKey    = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrStatus)
+	FoundKey     = temporal.NewSearchAttributeKeyInt64(fanout.SearchAttrFound)
+	DeliveredKey = temporal.NewSearchAttributeKeyInt64(fanout.SearchAttrDelivered)
+	FailedKey    = temporal.NewSearchAttributeKeyInt64(fanout.SearchAttrFailed)
 )
+
+// countsUpsertInterval throttles the upserts of the count search attributes
+// (each is a history event and a visibility write).
+const countsUpsertInterval = 10 * time.Second
 
 // FanoutInput starts (or continues) the fan-out of one event.
 type FanoutInput struct {
@@ -45,6 +52,9 @@ type FanoutState struct {
 	Cursor    string
 	NextBatch int
 	Progress  Progress
+	// Paused and Rate are the operator's steering (see the updates).
+	Paused bool    `json:",omitempty"`
+	Rate   float64 `json:",omitempty"`
 }
 
 // Progress is the answer to the progress query and the workflow's result.
@@ -65,11 +75,37 @@ type Progress struct {
 	// in Failed); LastBatchError is the latest such error.
 	BatchErrors    int
 	LastBatchError string
+	// Canceled counts recipients of batches stopped by a cancel; with a
+	// cancel, recipients past Cursor were never paged.
+	Canceled int64 `json:",omitempty"`
+	Paused   bool  `json:",omitempty"`
+	// Rate is the delivery rate cap in recipients per second (0: none).
+	Rate float64 `json:",omitempty"`
 }
 
 // FanoutResult is the outcome of an event's fan-out.
 type FanoutResult struct {
 	Progress
+}
+
+// Update names and their arguments.
+const (
+	PauseUpdate   = "pause"
+	ResumeUpdate  = "resume"
+	SetRateUpdate = "set-rate"
+)
+
+// fanoutRun is one run of the Fanout workflow.
+type fanoutRun struct {
+	ctx        workflow.Context
+	in         FanoutInput
+	st         *FanoutState
+	prog       Progress
+	sel        workflow.Selector
+	wake       workflow.Channel
+	pending    int
+	lastUpsert time.Time
+	lastStart  time.Time
 }
 
 // Fanout fans one event out: it generates the message once, pages the
@@ -83,22 +119,77 @@ type FanoutResult struct {
 // the child: its one batch runs as a DeliverBatch activity directly on the
 // delivery task queue, with the same attempt id batch 0 would have. A small
 // event then costs two workflow tasks and one activity.
+//
+// Operators steer it with the progress query and the pause, resume and
+// set-rate updates; a cancel stops paging and the open batches.
 func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
-	logger := workflow.GetLogger(ctx)
-	info := workflow.GetInfo(ctx)
-	st := in.State
-	var prog Progress
-	if st != nil {
-		prog = st.Progress
+	r := &fanoutRun{ctx: ctx, in: in, st: in.State, sel: workflow.NewSelector(ctx), wake: workflow.NewBufferedChannel(ctx, 1)}
+	if r.st != nil {
+		r.prog = r.st.Progress
+		r.prog.Paused, r.prog.Rate = r.st.Paused, r.st.Rate
 	}
-	prog.Runs++
-	prog.PendingBatches = 0
-	if err := workflow.SetQueryHandler(ctx, fanout.ProgressQuery, func() (Progress, error) {
-		return prog, nil
-	}); err != nil {
+	r.prog.Runs++
+	r.prog.PendingBatches = 0
+	r.sel.AddReceive(r.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+	if err := r.registerHandlers(); err != nil {
 		return FanoutResult{}, err
 	}
+	return r.run()
+}
 
+func (r *fanoutRun) registerHandlers() error {
+	if err := workflow.SetQueryHandler(r.ctx, fanout.ProgressQuery, func() (Progress, error) {
+		return r.prog, nil
+	}); err != nil {
+		return err
+	}
+	active := func() error {
+		if r.prog.PagingDone && r.pending == 0 {
+			return errors.New("the fan-out has finished")
+		}
+		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, PauseUpdate, func(ctx workflow.Context, reason string) (Progress, error) {
+		r.prog.Paused = true
+		workflow.GetLogger(ctx).Info("paused", "reason", reason)
+		r.setDetails()
+		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, StatusKey.ValueSet(fanout.StatusPaused))
+	}, workflow.UpdateHandlerOptions{Validator: func(reason string) error {
+		if r.prog.Paused {
+			return errors.New("already paused")
+		}
+		return active()
+	}}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, ResumeUpdate, func(ctx workflow.Context) (Progress, error) {
+		r.prog.Paused = false
+		r.wake.SendAsync(true)
+		r.setDetails()
+		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, StatusKey.ValueSet(fanout.StatusRunning))
+	}, workflow.UpdateHandlerOptions{Validator: func() error {
+		if !r.prog.Paused {
+			return errors.New("not paused")
+		}
+		return nil
+	}}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(r.ctx, SetRateUpdate, func(ctx workflow.Context, perSecond float64) (Progress, error) {
+		r.prog.Rate = perSecond
+		r.wake.SendAsync(true)
+		r.setDetails()
+		return r.prog, nil
+	}, workflow.UpdateHandlerOptions{Validator: func(perSecond float64) error {
+		if perSecond < 0 || perSecond > 1e7 {
+			return fmt.Errorf("rate %v outside 0 (no cap) .. 10000000 recipients/s", perSecond)
+		}
+		return active()
+	}})
+}
+
+func (r *fanoutRun) run() (FanoutResult, error) {
+	ctx, in := r.ctx, r.in
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{
@@ -119,96 +210,43 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 	})
 
 	var firstPage *activities.PageResult
-	if st == nil {
+	if r.st == nil {
 		var prep activities.PrepareResult
 		if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &prep); err != nil {
-			return finish(ctx, prog, err)
+			return r.finish(err)
 		}
-		st = &FanoutState{Message: prep.Message, Options: prep.Options.WithDefaults(), Priority: in.Event.Priority}
-		if st.Priority == "" {
-			st.Priority = st.Options.DefaultPriority
+		r.st = &FanoutState{Message: prep.Message, Options: prep.Options.WithDefaults(), Priority: in.Event.Priority}
+		if r.st.Priority == "" {
+			r.st.Priority = r.st.Options.DefaultPriority
 		}
-		if !st.Priority.Valid() {
-			return finish(ctx, prog, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("unknown priority %q", st.Priority), "UnknownPriority", nil))
+		if !r.st.Priority.Valid() {
+			return r.finish(temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("unknown priority %q", r.st.Priority), "UnknownPriority", nil))
 		}
 		if in.Event.Priority == "" {
 			// The bridge set type and status at start; the default priority
 			// is only known now.
-			if err := workflow.UpsertTypedSearchAttributes(ctx, PriorityKey.ValueSet(string(st.Priority))); err != nil {
+			if err := workflow.UpsertTypedSearchAttributes(ctx, PriorityKey.ValueSet(string(r.st.Priority))); err != nil {
 				return FanoutResult{}, err
 			}
 		}
 		var page activities.PageResult
 		if err := localThenRemote(ctx, lctx, actx, a.RecipientsPage, activities.RecipientsPageInput{
-			Event: in.Event, Limit: st.Options.PageSize, BatchSize: st.Options.BatchSize,
+			Event: in.Event, Limit: r.st.Options.PageSize, BatchSize: r.st.Options.BatchSize,
 		}, &page); err != nil {
-			return finish(ctx, prog, err)
+			return r.finish(err)
 		}
 		firstPage = &page
-		if page.NextCursor == "" && len(page.Batches) == 0 && len(page.Recipients) <= st.Options.BatchSize {
-			return deliverInline(ctx, in.Event, st, prog, page.Recipients)
+		if page.NextCursor == "" && len(page.Batches) == 0 && len(page.Recipients) <= r.st.Options.BatchSize && !r.prog.Paused {
+			return r.deliverInline(page.Recipients)
 		}
 	}
-	opts := st.Options
+	opts := r.st.Options
+	r.lastUpsert = workflow.Now(ctx)
+	r.setDetails()
 
-	sel := workflow.NewSelector(ctx)
-	pending := 0
-	// startBatch starts batch n: recips inline, or the staged batch ref.
-	startBatch := func(n int, recips []fanout.Recipient, ref *activities.BatchRef) {
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            fanout.BatchWorkflowID(info.WorkflowExecution.ID, n),
-			TaskQueue:             fanout.DeliveryTaskQueue(st.Priority),
-			WorkflowRunTimeout:    24 * time.Hour,
-			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		})
-		fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
-			Event:       in.Event,
-			Priority:    st.Priority,
-			BatchNo:     n,
-			AttemptID:   fanout.AttemptID(in.Event.ID, n),
-			Recipients:  recips,
-			Ref:         ref,
-			Message:     st.Message,
-			MaxAttempts: opts.MaxAttempts,
-			Concurrency: opts.DeliverConcurrency,
-			Timeout:     opts.DeliverTimeout,
-		})
-		pending++
-		prog.BatchesStarted++
-		prog.PendingBatches = pending
-		size := int64(len(recips))
-		if ref != nil {
-			size = int64(ref.Count)
-		}
-		sel.AddFuture(fut, func(f workflow.Future) {
-			pending--
-			prog.PendingBatches = pending
-			prog.BatchesCompleted++
-			var r DeliveryBatchResult
-			if err := f.Get(ctx, &r); err != nil {
-				// Cancellation, termination or timeout of the batch, or a
-				// non-retryable activity error (an event type this worker
-				// does not know): its recipients count as failed.
-				prog.Failed += size
-				prog.BatchErrors++
-				prog.LastBatchError = err.Error()
-				return
-			}
-			prog.Delivered += int64(r.Delivered)
-			prog.Duplicates += int64(r.Duplicates)
-			prog.Failed += int64(r.Failed)
-			prog.DeadLettered += int64(r.DeadLettered)
-		})
-	}
-	drain := func(limit int) {
-		for pending > limit {
-			sel.Select(ctx)
-		}
-	}
-
-	for !prog.PagingDone {
+	for !r.prog.PagingDone {
+		r.waitWhilePaused()
 		if ctx.Err() != nil {
 			break
 		}
@@ -216,57 +254,207 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 		if firstPage != nil {
 			page, firstPage = *firstPage, nil
 		} else if err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
-			Event: in.Event, Cursor: st.Cursor, Limit: opts.PageSize, BatchSize: opts.BatchSize, FirstBatch: st.NextBatch,
+			Event: in.Event, Cursor: r.st.Cursor, Limit: opts.PageSize, BatchSize: opts.BatchSize, FirstBatch: r.st.NextBatch,
 		}).Get(ctx, &page); err != nil {
-			drain(0)
-			return finish(ctx, prog, err)
+			r.drain(0)
+			return r.finish(err)
 		}
-		prog.Pages++
-		prog.Found += int64(page.Len())
+		r.prog.Pages++
+		r.prog.Found += int64(page.Len())
 		for i := range page.Batches {
-			drain(opts.Window - 1)
-			if ctx.Err() != nil {
+			if !r.beforeBatch(page.Batches[i].Count) {
 				break
 			}
 			ref := page.Batches[i]
-			startBatch(ref.N, nil, &ref)
-			st.NextBatch = ref.N + 1
+			r.startBatch(ref.N, nil, &ref)
+			r.st.NextBatch = ref.N + 1
 		}
 		for rs := page.Recipients; len(rs) > 0 && len(page.Batches) == 0; {
 			k := min(len(rs), opts.BatchSize)
-			drain(opts.Window - 1)
-			if ctx.Err() != nil {
+			if !r.beforeBatch(k) {
 				break
 			}
-			startBatch(st.NextBatch, rs[:k], nil)
-			st.NextBatch++
+			r.startBatch(r.st.NextBatch, rs[:k], nil)
+			r.st.NextBatch++
 			rs = rs[k:]
 		}
 		if ctx.Err() != nil {
 			break // canceled mid-page: the cursor stays at this page
 		}
-		st.Cursor = page.NextCursor
-		prog.Cursor = page.NextCursor
-		prog.PagingDone = page.NextCursor == ""
-		if !prog.PagingDone && continueAsNewDue(ctx, in.MaxHistoryLength) {
+		r.st.Cursor = page.NextCursor
+		r.prog.Cursor = page.NextCursor
+		r.prog.PagingDone = page.NextCursor == ""
+		r.maybeUpsertCounts()
+		if !r.prog.PagingDone && continueAsNewDue(ctx, in.MaxHistoryLength) {
 			// Children close with this run (parent-close policy), so let the
 			// open batches finish first; nothing in flight is lost.
-			drain(0)
+			r.drain(0)
 			if ctx.Err() != nil {
 				break
 			}
-			st.Progress = prog
-			logger.Info("continuing as new", "cursor", st.Cursor, "batches", st.NextBatch)
+			r.st.Progress = r.prog
+			r.st.Paused, r.st.Rate = r.prog.Paused, r.prog.Rate
+			workflow.GetLogger(ctx).Info("continuing as new", "cursor", r.st.Cursor, "batches", r.st.NextBatch)
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return FanoutResult{}, err
+			}
 			return FanoutResult{}, workflow.NewContinueAsNewError(ctx, Fanout, FanoutInput{
-				Event: in.Event, State: st, MaxHistoryLength: in.MaxHistoryLength,
+				Event: in.Event, State: r.st, MaxHistoryLength: in.MaxHistoryLength,
 			})
 		}
 	}
-	drain(0)
+	r.drain(0)
 	if ctx.Err() != nil {
-		return finish(ctx, prog, temporal.NewCanceledError())
+		return r.finish(temporal.NewCanceledError())
 	}
-	return finish(ctx, prog, nil)
+	return r.finish(nil)
+}
+
+// beforeBatch waits for room in the window, for a resume and for the rate
+// cap before a batch of k recipients; false means the run was canceled.
+func (r *fanoutRun) beforeBatch(k int) bool {
+	r.drain(r.st.Options.Window - 1)
+	r.waitWhilePaused()
+	r.pace(k)
+	return r.ctx.Err() == nil
+}
+
+// startBatch starts batch n: recips inline, or the staged batch ref.
+func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities.BatchRef) {
+	ctx, st, opts := r.ctx, r.st, r.st.Options
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            fanout.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
+		TaskQueue:             fanout.DeliveryTaskQueue(st.Priority),
+		WorkflowRunTimeout:    24 * time.Hour,
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	})
+	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
+		Event:       r.in.Event,
+		Priority:    st.Priority,
+		BatchNo:     n,
+		AttemptID:   fanout.AttemptID(r.in.Event.ID, n),
+		Recipients:  recips,
+		Ref:         ref,
+		Message:     st.Message,
+		MaxAttempts: opts.MaxAttempts,
+		Concurrency: opts.DeliverConcurrency,
+		Timeout:     opts.DeliverTimeout,
+	})
+	r.pending++
+	r.prog.BatchesStarted++
+	r.prog.PendingBatches = r.pending
+	r.lastStart = workflow.Now(ctx)
+	size := int64(len(recips))
+	if ref != nil {
+		size = int64(ref.Count)
+	}
+	r.sel.AddFuture(fut, func(f workflow.Future) {
+		r.pending--
+		r.prog.PendingBatches = r.pending
+		r.prog.BatchesCompleted++
+		var res DeliveryBatchResult
+		err := f.Get(ctx, &res)
+		r.account(res, err, size)
+		r.setDetails()
+	})
+}
+
+// account adds a batch's outcome to the progress.
+func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size int64) {
+	var canceled *temporal.CanceledError
+	switch {
+	case err != nil && (errors.As(err, &canceled) || r.ctx.Err() != nil):
+		r.prog.Canceled += size
+	case err != nil:
+		// Termination or timeout of the batch, or a non-retryable activity
+		// error (an event type this worker does not know).
+		r.prog.Failed += size
+		r.prog.BatchErrors++
+		r.prog.LastBatchError = err.Error()
+	default:
+		r.prog.Delivered += int64(res.Delivered)
+		r.prog.Duplicates += int64(res.Duplicates)
+		r.prog.Failed += int64(res.Failed)
+		r.prog.DeadLettered += int64(res.DeadLettered)
+	}
+}
+
+// drain waits until at most limit batches are open.
+func (r *fanoutRun) drain(limit int) {
+	for r.pending > limit {
+		r.sel.Select(r.ctx)
+	}
+}
+
+// waitWhilePaused blocks while the event is paused, still accounting for the
+// batches that finish meanwhile.
+func (r *fanoutRun) waitWhilePaused() {
+	if r.prog.Paused {
+		r.setDetails()
+	}
+	for r.prog.Paused && r.ctx.Err() == nil {
+		r.sel.Select(r.ctx)
+	}
+}
+
+// pace delays the next batch of k recipients so that batch starts respect
+// the rate cap (batch granularity: a batch itself delivers at full speed).
+func (r *fanoutRun) pace(k int) {
+	for r.prog.Rate > 0 && r.ctx.Err() == nil && !r.lastStart.IsZero() {
+		next := r.lastStart.Add(time.Duration(float64(k) / r.prog.Rate * float64(time.Second)))
+		wait := next.Sub(workflow.Now(r.ctx))
+		if wait <= 0 {
+			return
+		}
+		tctx, cancel := workflow.WithCancel(r.ctx)
+		fired := false
+		r.sel.AddFuture(workflow.NewTimer(tctx, wait), func(workflow.Future) { fired = true })
+		// Wakes on the timer, a finished batch or a rate change.
+		r.sel.Select(r.ctx)
+		if !fired {
+			cancel()
+			r.sel.Select(r.ctx) // consume the canceled timer
+		}
+		r.waitWhilePaused()
+	}
+}
+
+// setDetails writes the one-line markdown the Temporal UI shows as the
+// workflow's current details.
+func (r *fanoutRun) setDetails() {
+	p := r.prog
+	state := "running"
+	switch {
+	case p.Paused:
+		state = "**paused**"
+	case p.PagingDone:
+		state = "paging done"
+	}
+	rate := ""
+	if p.Rate > 0 {
+		rate = fmt.Sprintf(" · rate cap %.0f/s", p.Rate)
+	}
+	workflow.SetCurrentDetails(r.ctx, fmt.Sprintf(
+		"%s · **%d delivered** of %d found · %d duplicates · %d failed (%d dead-lettered) · batches %d open, %d done · page %d, run %d%s",
+		state, p.Delivered, p.Found, p.Duplicates, p.Failed, p.DeadLettered, p.PendingBatches, p.BatchesCompleted, p.Pages, p.Runs, rate))
+}
+
+// maybeUpsertCounts upserts the count search attributes, at most every
+// countsUpsertInterval.
+func (r *fanoutRun) maybeUpsertCounts() {
+	now := workflow.Now(r.ctx)
+	if now.Sub(r.lastUpsert) < countsUpsertInterval {
+		return
+	}
+	r.lastUpsert = now
+	_ = workflow.UpsertTypedSearchAttributes(r.ctx, r.countUpdates()...)
+}
+
+func (r *fanoutRun) countUpdates() []temporal.SearchAttributeUpdate {
+	return []temporal.SearchAttributeUpdate{
+		FoundKey.ValueSet(r.prog.Found), DeliveredKey.ValueSet(r.prog.Delivered), FailedKey.ValueSet(r.prog.Failed),
+	}
 }
 
 // localThenRemote runs an activity as a local activity (no extra workflow
@@ -287,34 +475,27 @@ func localThenRemote(ctx, lctx, actx workflow.Context, act, in, out any) error {
 }
 
 // deliverInline delivers a single-batch event without a child workflow.
-func deliverInline(ctx workflow.Context, ev fanout.Event, st *FanoutState, prog Progress, recips []fanout.Recipient) (FanoutResult, error) {
-	prog.Pages++
-	prog.Found += int64(len(recips))
-	prog.PagingDone = true
+func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, error) {
+	ctx, st, ev := r.ctx, r.st, r.in.Event
+	r.prog.Pages++
+	r.prog.Found += int64(len(recips))
+	r.prog.PagingDone = true
 	if len(recips) > 0 {
-		prog.BatchesStarted, prog.PendingBatches = 1, 1
-		var r activities.DeliverBatchResult
+		r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
+		r.setDetails()
+		var res activities.DeliverBatchResult
 		err := workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, fanout.DeliveryTaskQueue(st.Priority)),
 			a.DeliverBatch, activities.DeliverBatchInput{
 				Event: ev, Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
 				Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
-			}).Get(ctx, &r)
-		prog.PendingBatches, prog.BatchesCompleted = 0, 1
-		if err != nil {
-			prog.Failed += int64(len(recips))
-			prog.BatchErrors++
-			prog.LastBatchError = err.Error()
-			if ctx.Err() != nil {
-				return finish(ctx, prog, temporal.NewCanceledError())
-			}
-			return finish(ctx, prog, nil)
+			}).Get(ctx, &res)
+		r.prog.PendingBatches, r.prog.BatchesCompleted, r.pending = 0, 1, 0
+		r.account(res, err, int64(len(recips)))
+		if ctx.Err() != nil {
+			return r.finish(temporal.NewCanceledError())
 		}
-		prog.Delivered += int64(r.Delivered)
-		prog.Duplicates += int64(r.Duplicates)
-		prog.Failed += int64(r.Failed)
-		prog.DeadLettered += int64(r.DeadLettered)
 	}
-	return finish(ctx, prog, nil)
+	return r.finish(nil)
 }
 
 func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
@@ -325,8 +506,10 @@ func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
 	return maxHistory > 0 && info.GetCurrentHistoryLength() >= maxHistory
 }
 
-// finish records the final status as a search attribute and returns.
-func finish(ctx workflow.Context, prog Progress, err error) (FanoutResult, error) {
+// finish records the final status and counts as search attributes and
+// returns.
+func (r *fanoutRun) finish(err error) (FanoutResult, error) {
+	ctx, prog := r.ctx, r.prog
 	status := fanout.StatusCompleted
 	if err == nil && prog.Failed > 0 {
 		status = fanout.StatusCompletedWithFailures
@@ -338,9 +521,14 @@ func finish(ctx workflow.Context, prog Progress, err error) (FanoutResult, error
 	case err != nil:
 		status = fanout.StatusFailed
 	}
+	r.setDetails()
 	uctx, _ := workflow.NewDisconnectedContext(ctx)
-	if uerr := workflow.UpsertTypedSearchAttributes(uctx, StatusKey.ValueSet(status)); uerr != nil {
+	if uerr := workflow.UpsertTypedSearchAttributes(uctx, append(r.countUpdates(), StatusKey.ValueSet(status))...); uerr != nil {
 		return FanoutResult{Progress: prog}, fmt.Errorf("upsert status: %w (after %v)", uerr, err)
+	}
+	if err == nil {
+		// Let update handlers that are mid-way finish before completing.
+		_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	}
 	return FanoutResult{Progress: prog}, err
 }

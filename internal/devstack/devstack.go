@@ -180,6 +180,15 @@ var SearchAttributes = map[string]string{
 	fanout.SearchAttrEventType: "Keyword",
 	fanout.SearchAttrPriority:  "Keyword",
 	fanout.SearchAttrStatus:    "Keyword",
+	fanout.SearchAttrFound:     "Int",
+	fanout.SearchAttrDelivered: "Int",
+	fanout.SearchAttrFailed:    "Int",
+}
+
+// SearchAttributeNames lists SearchAttributes in a fixed order.
+var SearchAttributeNames = []string{
+	fanout.SearchAttrEventType, fanout.SearchAttrPriority, fanout.SearchAttrStatus,
+	fanout.SearchAttrFound, fanout.SearchAttrDelivered, fanout.SearchAttrFailed,
 }
 
 // StartTemporal starts `temporal server start-dev` and waits until it serves.
@@ -201,7 +210,7 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error
 	args = append(args,
 		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
-	for _, k := range []string{fanout.SearchAttrEventType, fanout.SearchAttrPriority, fanout.SearchAttrStatus} {
+	for _, k := range SearchAttributeNames {
 		args = append(args, "--search-attribute", k+"="+SearchAttributes[k])
 	}
 	p, err := Start("temporal", o.LogPath, o.Bin, args, nil)
