@@ -330,7 +330,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	})
 	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
-		Event:       r.in.Event,
+		Event:       batchEvent(r.in.Event),
 		Priority:    st.Priority,
 		BatchNo:     n,
 		AttemptID:   fanout.AttemptID(r.in.Event.ID, n),
@@ -486,7 +486,7 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		var res activities.DeliverBatchResult
 		err := workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, fanout.DeliveryTaskQueue(st.Priority)),
 			a.DeliverBatch, activities.DeliverBatchInput{
-				Event: ev, Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
+				Event: batchEvent(ev), Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
 				Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
 			}).Get(ctx, &res)
 		r.prog.PendingBatches, r.prog.BatchesCompleted, r.pending = 0, 1, 0
@@ -496,6 +496,15 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		}
 	}
 	return r.finish(nil)
+}
+
+// batchEvent is the event as delivery batches see it: without its payload,
+// which was consumed by get_recipients and generate_broadcast_message, so a
+// large payload is not copied into every batch's input (and the parent's
+// history).
+func batchEvent(ev fanout.Event) fanout.Event {
+	ev.Payload = nil
+	return ev
 }
 
 func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
