@@ -143,7 +143,7 @@ type TypeOptions struct {
 
 // Defaults for TypeOptions.
 const (
-	DefaultBatchSize          = 500
+	DefaultBatchSize          = 1000
 	DefaultWindow             = 50
 	DefaultDeliverConcurrency = 64
 	DefaultMaxAttempts        = 5

@@ -41,10 +41,15 @@ func (b *bench) id(prefix string) string {
 }
 
 func (b *bench) startWorkers() error {
-	if err := b.st.StartWorker("events", "events"); err != nil {
+	var evEnv, delEnv []string
+	if os.Getenv("FANOUT_BENCH_PPROF") != "" {
+		// For profiling: go tool pprof http://127.0.0.1:6061/debug/pprof/profile
+		evEnv, delEnv = []string{"FANOUT_PPROF_ADDR=127.0.0.1:6062"}, []string{"FANOUT_PPROF_ADDR=127.0.0.1:6061"}
+	}
+	if err := b.st.StartWorker("events", "events", evEnv...); err != nil {
 		return err
 	}
-	if err := b.st.StartWorker("delivery", "high,normal,low"); err != nil {
+	if err := b.st.StartWorker("delivery", "high,normal,low", delEnv...); err != nil {
 		return err
 	}
 	return b.st.StartBridge("bridge")
