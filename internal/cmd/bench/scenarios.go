@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
@@ -32,6 +33,7 @@ type bench struct {
 	seq   int
 
 	heavyRate float64 // deliveries/s of the heavy scenario
+	lastHeavy string  // event id of the last heavyRun
 	lightP99  float64 // ms
 }
 
@@ -98,6 +100,7 @@ func (b *bench) waitDelivered(ctx context.Context, label string, evs []harness.E
 // heavyRun publishes one event of n recipients and measures it.
 func (b *bench) heavyRun(ctx context.Context, label string, n int) (Row, error) {
 	ev := harness.Event{ID: b.id(label), Audience: n, Priority: fanout.PriorityNormal}
+	b.lastHeavy = ev.ID
 	t0 := time.Now()
 	if err := b.st.Publish(ctx, ev); err != nil {
 		return Row{}, err
@@ -419,4 +422,38 @@ func diffCPU(before, after map[string]float64) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// huge fans out the 5,000,000-recipient event and reports the largest
+// history of its runs and the peak worker RSS.
+func (b *bench) huge(ctx context.Context) (Row, error) {
+	r, err := b.heavyRun(ctx, "huge", b.sz.huge)
+	if err != nil {
+		return r, err
+	}
+	runs, largest, err := b.historySizes(ctx, harness.WorkflowID(b.lastHeavy))
+	if err != nil {
+		return r, err
+	}
+	r.Notes += fmt.Sprintf("; %d runs, largest history %d events (limit 51,200)", runs, largest)
+	return r, nil
+}
+
+// historySizes lists the runs of a workflow id and the largest history.
+func (b *bench) historySizes(ctx context.Context, wid string) (runs int, largest int64, err error) {
+	var token []byte
+	for {
+		resp, err := b.st.TC.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s'", wid), NextPageToken: token})
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, e := range resp.Executions {
+			runs++
+			largest = max(largest, e.GetHistoryLength())
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return runs, largest, nil
+		}
+	}
 }
