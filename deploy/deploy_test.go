@@ -1,0 +1,1669 @@
+package deploy
+
+// Static validation of the deployment files. There is no Docker engine or
+// cluster here, so these tests read the files and check them against the
+// code: environment variable names against internal/config's `env:"..."`
+// tags and the Temporal SDK's envconfig, queue names and task queues against
+// the fanout package, KEDA targets against the Deployments, the Dockerfile's
+// packages and binaries against the repository and the manifests' commands.
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/caarlos0/env/v11"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/config"
+)
+
+// Paths, relative to this package's directory (go test runs tests there).
+const (
+	repoRoot    = ".."
+	k8sDir      = "k8s"
+	composeFile = "compose.yaml"
+	dockerfile  = "Dockerfile"
+	configGo    = "../internal/config/config.go"
+	starterGo   = "../starter/main.go"
+	goMod       = "../go.mod"
+
+	kustomizationFile = "kustomization.yaml"
+	// envconfigModule is the module whose client_config_load.go names the
+	// TEMPORAL_* variables the processes read.
+	envconfigModule = "go.temporal.io/sdk/contrib/envconfig"
+)
+
+// ---------------------------------------------------------------------------
+// YAML types. Only the fields the checks read; unknown fields are ignored.
+
+// str is a YAML scalar that must be a string: Kubernetes rejects numbers and
+// booleans where it wants strings (env values, ConfigMap data, KEDA trigger
+// metadata), so `value: 8` is an error here too, naming the line.
+type str string
+
+func (s *str) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		return fmt.Errorf("line %d: %q must be a string, YAML reads it as %s: quote it", n.Line, n.Value, n.Tag)
+	}
+	*s = str(n.Value)
+	return nil
+}
+
+type objectMeta struct {
+	Name      string         `yaml:"name"`
+	Namespace string         `yaml:"namespace"`
+	Labels    map[string]str `yaml:"labels"`
+}
+
+type object struct {
+	APIVersion string     `yaml:"apiVersion"`
+	Kind       string     `yaml:"kind"`
+	Metadata   objectMeta `yaml:"metadata"`
+}
+
+type keyRef struct {
+	Name     string `yaml:"name"`
+	Key      string `yaml:"key"`
+	Optional bool   `yaml:"optional"`
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     *str   `yaml:"value"`
+	ValueFrom *struct {
+		SecretKeyRef    *keyRef `yaml:"secretKeyRef"`
+		ConfigMapKeyRef *keyRef `yaml:"configMapKeyRef"`
+	} `yaml:"valueFrom"`
+}
+
+type envFromSource struct {
+	Prefix       string `yaml:"prefix"`
+	ConfigMapRef *struct {
+		Name     string `yaml:"name"`
+		Optional bool   `yaml:"optional"`
+	} `yaml:"configMapRef"`
+	SecretRef *struct {
+		Name     string `yaml:"name"`
+		Optional bool   `yaml:"optional"`
+	} `yaml:"secretRef"`
+}
+
+type container struct {
+	Name    string          `yaml:"name"`
+	Image   string          `yaml:"image"`
+	Command []string        `yaml:"command"`
+	Args    []string        `yaml:"args"`
+	Env     []envVar        `yaml:"env"`
+	EnvFrom []envFromSource `yaml:"envFrom"`
+	Ports   []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	LivenessProbe *struct {
+		HTTPGet *struct {
+			Path string    `yaml:"path"`
+			Port yaml.Node `yaml:"port"`
+		} `yaml:"httpGet"`
+	} `yaml:"livenessProbe"`
+	Resources struct {
+		Requests map[string]any `yaml:"requests"`
+		Limits   map[string]any `yaml:"limits"`
+	} `yaml:"resources"`
+	SecurityContext *struct {
+		RunAsNonRoot             *bool `yaml:"runAsNonRoot"`
+		Privileged               *bool `yaml:"privileged"`
+		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+		ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
+		Capabilities             struct {
+			Drop []string `yaml:"drop"`
+		} `yaml:"capabilities"`
+	} `yaml:"securityContext"`
+}
+
+type podSpec struct {
+	RestartPolicy   string      `yaml:"restartPolicy"`
+	InitContainers  []container `yaml:"initContainers"`
+	Containers      []container `yaml:"containers"`
+	SecurityContext *struct {
+		RunAsNonRoot *bool `yaml:"runAsNonRoot"`
+		RunAsUser    *int  `yaml:"runAsUser"`
+	} `yaml:"securityContext"`
+}
+
+// workload is a Deployment or a Job.
+type workload struct {
+	object `yaml:",inline"`
+	Spec   struct {
+		Replicas *int `yaml:"replicas"`
+		Selector struct {
+			MatchLabels map[string]str `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		Template struct {
+			Metadata objectMeta `yaml:"metadata"`
+			Spec     podSpec    `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+type configMap struct {
+	object `yaml:",inline"`
+	Data   map[string]str `yaml:"data"`
+}
+
+type secret struct {
+	object     `yaml:",inline"`
+	Data       map[string]str `yaml:"data"`
+	StringData map[string]str `yaml:"stringData"`
+}
+
+type scaledObject struct {
+	object `yaml:",inline"`
+	Spec   struct {
+		ScaleTargetRef struct {
+			APIVersion string `yaml:"apiVersion"`
+			Kind       string `yaml:"kind"`
+			Name       string `yaml:"name"`
+		} `yaml:"scaleTargetRef"`
+		MinReplicaCount *int `yaml:"minReplicaCount"`
+		MaxReplicaCount *int `yaml:"maxReplicaCount"`
+		Triggers        []struct {
+			Type              string         `yaml:"type"`
+			Metadata          map[string]str `yaml:"metadata"`
+			AuthenticationRef *struct {
+				Name string `yaml:"name"`
+				Kind string `yaml:"kind"`
+			} `yaml:"authenticationRef"`
+		} `yaml:"triggers"`
+	} `yaml:"spec"`
+}
+
+type triggerAuthentication struct {
+	object `yaml:",inline"`
+	Spec   struct {
+		SecretTargetRef []struct {
+			Parameter string `yaml:"parameter"`
+			Name      string `yaml:"name"`
+			Key       string `yaml:"key"`
+		} `yaml:"secretTargetRef"`
+	} `yaml:"spec"`
+}
+
+type kustomization struct {
+	object    `yaml:",inline"`
+	Resources []string `yaml:"resources"`
+	Images    []struct {
+		Name string `yaml:"name"`
+	} `yaml:"images"`
+}
+
+type composeProject struct {
+	Services map[string]composeService `yaml:"services"`
+}
+
+type composeService struct {
+	Image       string    `yaml:"image"`
+	Build       yaml.Node `yaml:"build"`
+	Entrypoint  yaml.Node `yaml:"entrypoint"`
+	Command     yaml.Node `yaml:"command"`
+	Environment yaml.Node `yaml:"environment"`
+	DependsOn   yaml.Node `yaml:"depends_on"`
+}
+
+// ---------------------------------------------------------------------------
+// Loading.
+
+// yamlDoc is one document of a YAML file.
+type yamlDoc struct {
+	where string // "k8s/workers.yaml#2 (Deployment fanout-worker-events)"
+	node  *yaml.Node
+	obj   object
+}
+
+func decodeDoc[T any](t *testing.T, d yamlDoc) T {
+	t.Helper()
+	var v T
+	if err := d.node.Decode(&v); err != nil {
+		t.Fatalf("%s: %v", d.where, err)
+	}
+	return v
+}
+
+// readYAMLDocs parses every document of a file (comment-only documents are
+// skipped).
+func readYAMLDocs(t *testing.T, file string) []yamlDoc {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var docs []yamlDoc
+	for i := 1; ; i++ {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: document %d: %v", file, i, err)
+		}
+		if n.Kind == 0 || (n.Kind == yaml.DocumentNode && len(n.Content) == 0) {
+			continue
+		}
+		d := yamlDoc{where: fmt.Sprintf("%s#%d", file, i), node: &n}
+		if err := n.Decode(&d.obj); err != nil {
+			t.Fatalf("%s: %v", d.where, err)
+		}
+		if d.obj.Kind != "" || d.obj.Metadata.Name != "" {
+			d.where += fmt.Sprintf(" (%s %s)", d.obj.Kind, d.obj.Metadata.Name)
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+// manifests is everything in deploy/k8s, indexed.
+type manifests struct {
+	docs           []yamlDoc
+	files          []string // base names of the YAML files
+	deployments    map[string]workload
+	jobs           map[string]workload
+	configMaps     map[string]configMap
+	secrets        map[string]secret
+	scaledObjects  map[string]scaledObject
+	triggerAuths   map[string]triggerAuthentication
+	kustomizations []kustomization
+	where          map[string]string // "Kind/name" -> where
+}
+
+func loadManifests(t *testing.T) *manifests {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob(filepath.Join(k8sDir, "*.yml"))
+	files = append(files, more...)
+	if len(files) == 0 {
+		t.Fatalf("no manifests in %s", k8sDir)
+	}
+	slices.Sort(files)
+	m := &manifests{
+		deployments: map[string]workload{}, jobs: map[string]workload{},
+		configMaps: map[string]configMap{}, secrets: map[string]secret{},
+		scaledObjects: map[string]scaledObject{}, triggerAuths: map[string]triggerAuthentication{},
+		where: map[string]string{},
+	}
+	for _, f := range files {
+		m.files = append(m.files, filepath.Base(f))
+		for _, d := range readYAMLDocs(t, f) {
+			m.docs = append(m.docs, d)
+			key := d.obj.Kind + "/" + d.obj.Metadata.Name
+			if prev, dup := m.where[key]; dup {
+				t.Errorf("%s: %s is also defined in %s", d.where, key, prev)
+			}
+			m.where[key] = d.where
+			switch d.obj.Kind {
+			case "Deployment":
+				m.deployments[d.obj.Metadata.Name] = decodeDoc[workload](t, d)
+			case "Job":
+				m.jobs[d.obj.Metadata.Name] = decodeDoc[workload](t, d)
+			case "ConfigMap":
+				m.configMaps[d.obj.Metadata.Name] = decodeDoc[configMap](t, d)
+			case "Secret":
+				m.secrets[d.obj.Metadata.Name] = decodeDoc[secret](t, d)
+			case "ScaledObject":
+				m.scaledObjects[d.obj.Metadata.Name] = decodeDoc[scaledObject](t, d)
+			case "TriggerAuthentication":
+				m.triggerAuths[d.obj.Metadata.Name] = decodeDoc[triggerAuthentication](t, d)
+			case "Kustomization":
+				m.kustomizations = append(m.kustomizations, decodeDoc[kustomization](t, d))
+			}
+		}
+	}
+	return m
+}
+
+// workloads returns the Deployments and Jobs by "Kind/name", sorted.
+func (m *manifests) workloads() ([]string, map[string]workload) {
+	all := map[string]workload{}
+	for n, w := range m.deployments {
+		all["Deployment/"+n] = w
+	}
+	for n, w := range m.jobs {
+		all["Job/"+n] = w
+	}
+	return slices.Sorted(maps.Keys(all)), all
+}
+
+// secretValues decodes a Secret's data and stringData.
+func secretValues(s secret) (map[string]string, error) {
+	out := map[string]string{}
+	for k, v := range s.Data {
+		b, err := base64.StdEncoding.DecodeString(string(v))
+		if err != nil {
+			return nil, fmt.Errorf("data.%s is not base64: %v", k, err)
+		}
+		out[k] = string(b)
+	}
+	for k, v := range s.StringData {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+// containerEnv resolves a container's environment as Kubernetes would:
+// envFrom sources first, then env entries. Names are those the process sees;
+// values of references are looked up in the manifests' ConfigMaps and
+// Secrets. Unresolvable references are returned as errors.
+func (m *manifests) containerEnv(c container) (map[string]string, []error) {
+	envm := map[string]string{}
+	var errs []error
+	for _, src := range c.EnvFrom {
+		switch {
+		case src.ConfigMapRef != nil:
+			cm, ok := m.configMaps[src.ConfigMapRef.Name]
+			if !ok {
+				if !src.ConfigMapRef.Optional {
+					errs = append(errs, fmt.Errorf("envFrom: ConfigMap %q is not defined in %s", src.ConfigMapRef.Name, k8sDir))
+				}
+				continue
+			}
+			for k, v := range cm.Data {
+				envm[src.Prefix+k] = string(v)
+			}
+		case src.SecretRef != nil:
+			s, ok := m.secrets[src.SecretRef.Name]
+			if !ok {
+				if !src.SecretRef.Optional {
+					errs = append(errs, fmt.Errorf("envFrom: Secret %q is not defined in %s", src.SecretRef.Name, k8sDir))
+				}
+				continue
+			}
+			vals, err := secretValues(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("Secret %s: %v", src.SecretRef.Name, err))
+			}
+			for k, v := range vals {
+				envm[src.Prefix+k] = v
+			}
+		default:
+			errs = append(errs, fmt.Errorf("envFrom entry with neither configMapRef nor secretRef"))
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.Name == "":
+			errs = append(errs, fmt.Errorf("env entry without a name"))
+		case e.Value != nil:
+			envm[e.Name] = string(*e.Value)
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			r := e.ValueFrom.SecretKeyRef
+			s, ok := m.secrets[r.Name]
+			vals, _ := secretValues(s)
+			v, hasKey := vals[r.Key]
+			if (!ok || !hasKey) && !r.Optional {
+				errs = append(errs, fmt.Errorf("env %s: secretKeyRef %s/%s is not defined in %s", e.Name, r.Name, r.Key, k8sDir))
+			}
+			envm[e.Name] = v
+		case e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil:
+			r := e.ValueFrom.ConfigMapKeyRef
+			cm, ok := m.configMaps[r.Name]
+			v, hasKey := cm.Data[r.Key]
+			if (!ok || !hasKey) && !r.Optional {
+				errs = append(errs, fmt.Errorf("env %s: configMapKeyRef %s/%s is not defined in %s", e.Name, r.Name, r.Key, k8sDir))
+			}
+			envm[e.Name] = string(v)
+		default:
+			envm[e.Name] = "" // fieldRef, resourceFieldRef, or an empty value
+		}
+	}
+	return envm, errs
+}
+
+// composeStack is deploy/compose.yaml.
+type composeStack struct {
+	services map[string]composeService
+	names    []string
+}
+
+func loadCompose(t *testing.T) composeStack {
+	t.Helper()
+	docs := readYAMLDocs(t, composeFile)
+	if len(docs) != 1 {
+		t.Fatalf("%s: want one YAML document, got %d", composeFile, len(docs))
+	}
+	p := decodeDoc[composeProject](t, docs[0])
+	if len(p.Services) == 0 {
+		t.Fatalf("%s: no services", composeFile)
+	}
+	return composeStack{services: p.Services, names: slices.Sorted(maps.Keys(p.Services))}
+}
+
+// stringList decodes a compose string-or-list field (command, entrypoint).
+func stringList(n yaml.Node) ([]string, error) {
+	switch n.Kind {
+	case 0:
+		return nil, nil
+	case yaml.ScalarNode:
+		return strings.Fields(n.Value), nil
+	case yaml.SequenceNode:
+		var l []string
+		err := n.Decode(&l)
+		return l, err
+	}
+	return nil, fmt.Errorf("line %d: want a string or a list", n.Line)
+}
+
+// composeEnv decodes a service's environment (mapping or KEY=VALUE list,
+// merge keys resolved).
+func composeEnv(s composeService) (map[string]string, error) {
+	out := map[string]string{}
+	switch s.Environment.Kind {
+	case 0:
+		return out, nil
+	case yaml.MappingNode:
+		var m map[string]yaml.Node
+		if err := s.Environment.Decode(&m); err != nil {
+			return nil, err
+		}
+		for k, v := range m {
+			if v.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("environment %s (line %d): want a scalar", k, v.Line)
+			}
+			if v.Tag != "!!null" {
+				out[k] = v.Value
+			} else {
+				out[k] = ""
+			}
+		}
+		return out, nil
+	case yaml.SequenceNode:
+		var l []string
+		if err := s.Environment.Decode(&l); err != nil {
+			return nil, err
+		}
+		for _, kv := range l {
+			k, v, _ := strings.Cut(kv, "=")
+			out[k] = v
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("environment (line %d): want a mapping or a list", s.Environment.Line)
+}
+
+// composeDependsOn returns the services a service depends on.
+func composeDependsOn(s composeService) ([]string, error) {
+	switch s.DependsOn.Kind {
+	case 0:
+		return nil, nil
+	case yaml.SequenceNode:
+		var l []string
+		err := s.DependsOn.Decode(&l)
+		return l, err
+	case yaml.MappingNode:
+		var m map[string]yaml.Node
+		err := s.DependsOn.Decode(&m)
+		return slices.Sorted(maps.Keys(m)), err
+	}
+	return nil, fmt.Errorf("depends_on (line %d): want a list or a mapping", s.DependsOn.Line)
+}
+
+// composeBuild returns a service's build context and Dockerfile, relative to
+// this directory ("" when the service has no build).
+func composeBuild(s composeService) (context, file string, err error) {
+	switch s.Build.Kind {
+	case 0:
+		return "", "", nil
+	case yaml.ScalarNode:
+		return s.Build.Value, filepath.Join(s.Build.Value, "Dockerfile"), nil
+	case yaml.MappingNode:
+		var b struct {
+			Context    string `yaml:"context"`
+			Dockerfile string `yaml:"dockerfile"`
+		}
+		if err := s.Build.Decode(&b); err != nil {
+			return "", "", err
+		}
+		if b.Context == "" {
+			b.Context = "."
+		}
+		if b.Dockerfile == "" {
+			b.Dockerfile = "Dockerfile"
+		}
+		return b.Context, filepath.Join(b.Context, b.Dockerfile), nil
+	}
+	return "", "", fmt.Errorf("build (line %d): want a string or a mapping", s.Build.Line)
+}
+
+// ---------------------------------------------------------------------------
+// What the code says.
+
+// fanoutEnvNames returns every `env:"..."` tag of the structs in
+// internal/config/config.go: the FANOUT_* variables the processes read.
+func fanoutEnvNames(t *testing.T) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), configGo, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		st, ok := n.(*ast.StructType)
+		if !ok {
+			return true
+		}
+		for _, fld := range st.Fields.List {
+			if fld.Tag == nil {
+				continue
+			}
+			tag, err := strconv.Unquote(fld.Tag.Value)
+			if err != nil {
+				t.Fatalf("%s: tag %s: %v", configGo, fld.Tag.Value, err)
+			}
+			if v, ok := reflect.StructTag(tag).Lookup("env"); ok {
+				if name, _, _ := strings.Cut(v, ","); name != "" {
+					names[name] = true
+				}
+			}
+		}
+		return true
+	})
+	if len(names) == 0 {
+		t.Fatalf("%s: found no env:\"...\" struct tags", configGo)
+	}
+	return names
+}
+
+// temporalEnvNames returns the TEMPORAL_* variables envconfig reads, from
+// its client_config_load.go in the module cache (the version go.mod
+// selects): exact names, and prefixes (names ending in "_", such as
+// TEMPORAL_GRPC_META_). Without the go command or the source it falls back
+// to the names of envconfig v1.0.2.
+func temporalEnvNames(t *testing.T) (names map[string]bool, prefixes []string) {
+	t.Helper()
+	fallback := func(why string) (map[string]bool, []string) {
+		t.Logf("TEMPORAL_* names: using the built-in list of envconfig v1.0.2 (%s)", why)
+		names := map[string]bool{}
+		for _, n := range []string{
+			"TEMPORAL_CONFIG_FILE", "TEMPORAL_PROFILE", "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE",
+			"TEMPORAL_API_KEY", "TEMPORAL_CLIENT_AUTHORITY", "TEMPORAL_TLS",
+			"TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_CERT_DATA",
+			"TEMPORAL_TLS_CLIENT_KEY_PATH", "TEMPORAL_TLS_CLIENT_KEY_DATA",
+			"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_SERVER_CA_CERT_DATA",
+			"TEMPORAL_TLS_SERVER_NAME", "TEMPORAL_TLS_DISABLE_HOST_VERIFICATION",
+			"TEMPORAL_CODEC_ENDPOINT", "TEMPORAL_CODEC_AUTH",
+		} {
+			names[n] = true
+		}
+		return names, []string{"TEMPORAL_GRPC_META_"}
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return fallback("no go command")
+	}
+	out, err := exec.Command(goCmd, "list", "-m", "-f", "{{.Dir}}", envconfigModule).Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		return fallback(fmt.Sprintf("go list -m %s: %v", envconfigModule, err))
+	}
+	src := filepath.Join(dir, "client_config_load.go")
+	f, err := parser.ParseFile(token.NewFileSet(), src, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return fallback(err.Error())
+	}
+	names = map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.BasicLit)
+		if !ok || lit.Kind != token.STRING {
+			return true
+		}
+		s, err := strconv.Unquote(lit.Value)
+		if err != nil || !regexp.MustCompile(`^TEMPORAL_[A-Z0-9_]+$`).MatchString(s) {
+			return true
+		}
+		if strings.HasSuffix(s, "_") {
+			if !slices.Contains(prefixes, s) {
+				prefixes = append(prefixes, s)
+			}
+		} else {
+			names[s] = true
+		}
+		return true
+	})
+	if !names["TEMPORAL_ADDRESS"] || !names["TEMPORAL_NAMESPACE"] {
+		t.Fatalf("%s: found no TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE literals; has envconfig changed?", src)
+	}
+	return names, prefixes
+}
+
+// starterSubcommands returns the string cases of starter/main.go's main()
+// (`starter bridge`, `starter publish`, ...).
+func starterSubcommands(t *testing.T) map[string]bool {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), starterGo, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := map[string]bool{}
+	for _, decl := range f.Decls {
+		fn, ok := decl.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "main" || fn.Recv != nil {
+			continue
+		}
+		ast.Inspect(fn, func(n ast.Node) bool {
+			cc, ok := n.(*ast.CaseClause)
+			if !ok {
+				return true
+			}
+			for _, e := range cc.List {
+				if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					if s, err := strconv.Unquote(lit.Value); err == nil {
+						cmds[s] = true
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(cmds) == 0 {
+		t.Fatalf("%s: found no subcommands (case \"...\" in main)", starterGo)
+	}
+	return cmds
+}
+
+// Queue names of FANOUT_QUEUES and their task queues, from the fanout
+// package (names.go).
+const queueEvents = "events"
+
+func allQueues() []string {
+	q := []string{queueEvents}
+	for _, p := range fanout.Priorities {
+		q = append(q, string(p))
+	}
+	return q
+}
+
+func taskQueueOf(queue string) (string, error) {
+	if queue == queueEvents {
+		return fanout.EventsTaskQueue, nil
+	}
+	p, err := fanout.ParsePriority(queue)
+	if err != nil {
+		return "", err
+	}
+	return fanout.DeliveryTaskQueue(p), nil
+}
+
+// parseQueues checks a FANOUT_QUEUES value the way the worker reads it
+// (comma-separated) and returns its queues.
+func parseQueues(v string) ([]string, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, fmt.Errorf("FANOUT_QUEUES is empty")
+	}
+	var qs []string
+	for _, q := range strings.Split(v, ",") {
+		if _, err := taskQueueOf(q); err != nil {
+			return nil, fmt.Errorf("FANOUT_QUEUES=%q: queue %q is not one of %s", v, q, strings.Join(allQueues(), ", "))
+		}
+		if slices.Contains(qs, q) {
+			return nil, fmt.Errorf("FANOUT_QUEUES=%q: %q twice", v, q)
+		}
+		qs = append(qs, q)
+	}
+	return qs, nil
+}
+
+// ---------------------------------------------------------------------------
+// The Dockerfile.
+
+type dockerImage struct {
+	builderFrom string            // image of the stage that runs go build
+	packages    []string          // go build package arguments ("./starter")
+	cgoDisabled bool              // CGO_ENABLED=0 on the go build
+	built       map[string]string // binary name -> path in the builder
+	binaries    map[string]string // binary name -> path in the final image
+	finalUser   string            // USER of the final stage
+	finalFrom   string
+}
+
+// dockerInstructions joins continuation lines and drops comments.
+func dockerInstructions(b []byte) []string {
+	var out []string
+	var cur strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "#") || (line == "" && cur.Len() == 0) {
+			continue
+		}
+		if cont, ok := strings.CutSuffix(line, "\\"); ok {
+			cur.WriteString(cont + " ")
+			continue
+		}
+		cur.WriteString(line)
+		if s := strings.TrimSpace(cur.String()); s != "" {
+			out = append(out, s)
+		}
+		cur.Reset()
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+// shellWords splits a command line into words, honouring quotes.
+func shellWords(s string) []string {
+	var words []string
+	var cur strings.Builder
+	in := false
+	var quote rune
+	for _, r := range s {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '"' || r == '\'':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+// goBuildValueFlags are go build flags that take the next word as value.
+var goBuildValueFlags = map[string]bool{
+	"-o": true, "-ldflags": true, "-gcflags": true, "-asmflags": true, "-tags": true, "-mod": true,
+	"-p": true, "-buildmode": true, "-pgo": true, "-modfile": true, "-overlay": true, "-installsuffix": true,
+}
+
+func parseDockerfile(t *testing.T) dockerImage {
+	t.Helper()
+	b, err := os.ReadFile(dockerfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := dockerImage{built: map[string]string{}, binaries: map[string]string{}}
+	stage, stageFrom := "", ""
+	stageEnvCGO := map[string]bool{}
+	builderStage := ""
+	for _, ins := range dockerInstructions(b) {
+		op, rest, _ := strings.Cut(ins, " ")
+		rest = strings.TrimSpace(rest)
+		switch strings.ToUpper(op) {
+		case "FROM":
+			var words []string
+			for _, w := range strings.Fields(rest) {
+				if !strings.HasPrefix(w, "--") {
+					words = append(words, w)
+				}
+			}
+			if len(words) == 0 {
+				t.Fatalf("%s: FROM without an image: %q", dockerfile, ins)
+			}
+			stageFrom, stage = words[0], ""
+			if len(words) >= 3 && strings.EqualFold(words[1], "AS") {
+				stage = words[2]
+			}
+			img.finalFrom, img.finalUser = stageFrom, ""
+		case "ENV":
+			if regexp.MustCompile(`\bCGO_ENABLED=0\b`).MatchString(rest) {
+				stageEnvCGO[stage] = true
+			}
+		case "USER":
+			img.finalUser = rest
+		case "RUN":
+			words := shellWords(rest)
+			for i := 0; i+1 < len(words); i++ {
+				if words[i] != "go" || words[i+1] != "build" {
+					continue
+				}
+				builderStage = stage
+				img.builderFrom = stageFrom
+				img.cgoDisabled = stageEnvCGO[stage] || regexp.MustCompile(`\bCGO_ENABLED=0\b`).MatchString(rest)
+				outFlag := ""
+				var pkgs []string
+				for j := i + 2; j < len(words); j++ {
+					w := words[j]
+					if w == "&&" || w == ";" || w == "||" || w == "|" {
+						break
+					}
+					if strings.HasPrefix(w, "-") {
+						if strings.Contains(w, "=") {
+							if v, ok := strings.CutPrefix(w, "-o="); ok {
+								outFlag = v
+							}
+							continue
+						}
+						if goBuildValueFlags[w] && j+1 < len(words) {
+							if w == "-o" {
+								outFlag = words[j+1]
+							}
+							j++
+						}
+						continue
+					}
+					pkgs = append(pkgs, w)
+				}
+				img.packages = append(img.packages, pkgs...)
+				for _, p := range pkgs {
+					name := path.Base(p)
+					switch {
+					case outFlag == "":
+						img.built[name] = "/" + name // relative to WORKDIR; only the name matters
+					case strings.HasSuffix(outFlag, "/") || len(pkgs) > 1:
+						img.built[name] = path.Join(outFlag, name)
+					default:
+						img.built[path.Base(outFlag)] = outFlag
+					}
+				}
+			}
+		case "COPY":
+			words := strings.Fields(rest)
+			from := ""
+			var args []string
+			for _, w := range words {
+				if v, ok := strings.CutPrefix(w, "--from="); ok {
+					from = v
+				} else if !strings.HasPrefix(w, "--") {
+					args = append(args, w)
+				}
+			}
+			if from == "" || from != builderStage || len(args) < 2 {
+				continue
+			}
+			dest := args[len(args)-1]
+			for _, src := range args[:len(args)-1] {
+				for name, p := range img.built {
+					if p == src || strings.TrimSuffix(path.Dir(p), "/")+"/" == strings.TrimSuffix(src, "/")+"/" {
+						if strings.HasSuffix(dest, "/") || len(args) > 2 {
+							img.binaries[name] = path.Join(dest, name)
+						} else {
+							img.binaries[path.Base(dest)] = dest
+						}
+					}
+				}
+			}
+		}
+	}
+	return img
+}
+
+// ---------------------------------------------------------------------------
+// Commands.
+
+// command is what a container or service runs: the binary (base name), the
+// path it was named by, and the arguments.
+type command struct {
+	binary string
+	path   string
+	args   []string
+}
+
+// k8sCommand is a container's command + args (the image's CMD when empty).
+func k8sCommand(c container) command {
+	argv := append(slices.Clone(c.Command), c.Args...)
+	if len(argv) == 0 {
+		return command{}
+	}
+	return command{binary: path.Base(argv[0]), path: argv[0], args: argv[1:]}
+}
+
+// checkCommand checks that a command runs a binary of the image and, for
+// starter, a subcommand starter has. It returns "worker", "bridge", "starter
+// <sub>" or "" (not a fanout binary), and the problems found.
+func checkCommand(c command, img dockerImage, subcommands map[string]bool) (role string, problems []string) {
+	if c.path == "" {
+		return "", []string{"no command: name the binary (worker or starter ...) explicitly"}
+	}
+	want, ok := img.binaries[c.binary]
+	if !ok {
+		return "", []string{fmt.Sprintf("runs %q, which %s does not install (it installs %s)",
+			c.path, dockerfile, strings.Join(slices.Sorted(maps.Keys(img.binaries)), ", "))}
+	}
+	if strings.Contains(c.path, "/") && c.path != want {
+		problems = append(problems, fmt.Sprintf("runs %q, but %s installs %s at %q", c.path, dockerfile, c.binary, want))
+	}
+	switch c.binary {
+	case "worker":
+		if len(c.args) > 0 {
+			problems = append(problems, fmt.Sprintf("worker takes no arguments (got %q); it reads FANOUT_QUEUES", c.args))
+		}
+		return "worker", problems
+	case "starter":
+		if len(c.args) == 0 {
+			return "", append(problems, "starter without a subcommand")
+		}
+		sub := c.args[0]
+		if !subcommands[sub] {
+			problems = append(problems, fmt.Sprintf("`starter %s`: %s has no subcommand %q (it has %s)",
+				sub, starterGo, sub, strings.Join(slices.Sorted(maps.Keys(subcommands)), ", ")))
+		}
+		if sub == "bridge" {
+			return "bridge", problems
+		}
+		return "starter " + sub, problems
+	}
+	return c.binary, problems
+}
+
+// ---------------------------------------------------------------------------
+// Environment checks shared by Kubernetes and compose.
+
+type envNames struct {
+	fanout           map[string]bool
+	temporal         map[string]bool
+	temporalPrefixes []string
+}
+
+func loadEnvNames(t *testing.T) envNames {
+	tn, tp := temporalEnvNames(t)
+	return envNames{fanout: fanoutEnvNames(t), temporal: tn, temporalPrefixes: tp}
+}
+
+// check returns the problems with the names of an environment.
+func (n envNames) check(envm map[string]string) []string {
+	var problems []string
+	for _, name := range slices.Sorted(maps.Keys(envm)) {
+		switch {
+		case strings.HasPrefix(name, "FANOUT_"):
+			if !n.fanout[name] {
+				problems = append(problems, fmt.Sprintf("%s is not read by fanout: no `env:%q` tag in %s", name, name, configGo))
+			}
+		case strings.HasPrefix(name, "TEMPORAL_"):
+			if !n.temporal[name] && !slices.ContainsFunc(n.temporalPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+				problems = append(problems, fmt.Sprintf("%s is not read by %s (see its client_config_load.go: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*, ...)", name, envconfigModule))
+			}
+		}
+	}
+	return problems
+}
+
+type mapLookup map[string]string
+
+func (m mapLookup) Environ() []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func (m mapLookup) LookupEnv(k string) (string, bool) { v, ok := m[k]; return v, ok }
+
+// validateConfig loads the environment the way the process does at start-up
+// (config.Load = env parsing + Validate, and envconfig for TEMPORAL_*), so a
+// manifest that would make the process exit fails here.
+func validateConfig(role string, envm map[string]string) error {
+	var err error
+	switch role {
+	case "worker":
+		var c config.Worker
+		if err = env.ParseWithOptions(&c, env.Options{Environment: envm}); err == nil {
+			err = c.Validate()
+		}
+	case "bridge":
+		var c config.Bridge
+		if err = env.ParseWithOptions(&c, env.Options{Environment: envm}); err == nil {
+			err = c.Validate()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fanout configuration: %w", err)
+	}
+	if _, err := envconfig.LoadClientOptions(envconfig.LoadClientOptionsRequest{DisableFile: true, EnvLookup: mapLookup(envm)}); err != nil {
+		return fmt.Errorf("temporal configuration (TEMPORAL_*): %w", err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Tests.
+
+// TestManifestObjects: every Kubernetes document is a named object without a
+// namespace, and kustomization.yaml lists exactly the manifest files.
+func TestManifestObjects(t *testing.T) {
+	m := loadManifests(t)
+	for _, d := range m.docs {
+		if d.obj.APIVersion == "" || d.obj.Kind == "" || d.obj.Metadata.Name == "" {
+			t.Errorf("%s: want apiVersion, kind and metadata.name (got %q, %q, %q)",
+				d.where, d.obj.APIVersion, d.obj.Kind, d.obj.Metadata.Name)
+		}
+		if d.obj.Metadata.Namespace != "" {
+			t.Errorf("%s: metadata.namespace %q: the manifests are namespace-less (set it in kustomization.yaml or with -n)",
+				d.where, d.obj.Metadata.Namespace)
+		}
+	}
+	if len(m.kustomizations) != 1 {
+		t.Fatalf("want one Kustomization in %s (%s), got %d", k8sDir, kustomizationFile, len(m.kustomizations))
+	}
+	k := m.kustomizations[0]
+	var want []string
+	for _, f := range m.files {
+		if f != kustomizationFile {
+			want = append(want, f)
+		}
+	}
+	got := slices.Sorted(slices.Values(k.Resources))
+	if !slices.Equal(got, want) {
+		t.Errorf("%s resources %v; want every manifest file of %s: %v", kustomizationFile, got, k8sDir, want)
+	}
+	// Every container uses the image name the kustomization rewrites.
+	var images []string
+	for _, im := range k.Images {
+		images = append(images, im.Name)
+	}
+	names, all := m.workloads()
+	for _, name := range names {
+		for _, c := range all[name].Spec.Template.Spec.Containers {
+			if !slices.Contains(images, c.Image) {
+				t.Errorf("%s container %s: image %q is not one %s rewrites (%v)", name, c.Name, c.Image, kustomizationFile, images)
+			}
+		}
+	}
+}
+
+// TestManifestEnv: the environment every container gets (env and envFrom)
+// names only variables the code reads, its references resolve, and the
+// ConfigMaps and Secrets hold only such names.
+func TestManifestEnv(t *testing.T) {
+	m := loadManifests(t)
+	names := loadEnvNames(t)
+	for _, n := range slices.Sorted(maps.Keys(m.configMaps)) {
+		envm := map[string]string{}
+		for k, v := range m.configMaps[n].Data {
+			envm[k] = string(v)
+		}
+		for _, p := range names.check(envm) {
+			t.Errorf("%s: %s", m.where["ConfigMap/"+n], p)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(m.secrets)) {
+		vals, err := secretValues(m.secrets[n])
+		if err != nil {
+			t.Errorf("%s: %v", m.where["Secret/"+n], err)
+		}
+		for _, p := range names.check(vals) {
+			t.Errorf("%s: %s", m.where["Secret/"+n], p)
+		}
+	}
+	wnames, all := m.workloads()
+	for _, name := range wnames {
+		w := all[name]
+		for _, c := range slices.Concat(w.Spec.Template.Spec.InitContainers, w.Spec.Template.Spec.Containers) {
+			envm, errs := m.containerEnv(c)
+			for _, err := range errs {
+				t.Errorf("%s container %s: %v", m.where[name], c.Name, err)
+			}
+			for _, p := range names.check(envm) {
+				t.Errorf("%s container %s: %s", m.where[name], c.Name, p)
+			}
+		}
+	}
+}
+
+// TestManifestCommands: containers run binaries the Dockerfile installs (and
+// starter subcommands that exist), and the worker and bridge containers get
+// an environment their start-up validation accepts.
+func TestManifestCommands(t *testing.T) {
+	m := loadManifests(t)
+	img := parseDockerfile(t)
+	subs := starterSubcommands(t)
+	roles := map[string]int{}
+	wnames, all := m.workloads()
+	for _, name := range wnames {
+		for _, c := range all[name].Spec.Template.Spec.Containers {
+			role, problems := checkCommand(k8sCommand(c), img, subs)
+			for _, p := range problems {
+				t.Errorf("%s container %s: %s", m.where[name], c.Name, p)
+			}
+			roles[role]++
+			envm, _ := m.containerEnv(c)
+			if err := validateConfig(role, envm); err != nil {
+				t.Errorf("%s container %s (%s): the process would exit at start-up: %v", m.where[name], c.Name, role, err)
+			}
+		}
+	}
+	for _, role := range []string{"worker", "bridge", "starter setup"} {
+		if roles[role] == 0 {
+			t.Errorf("no container in %s runs %s", k8sDir, role)
+		}
+	}
+}
+
+// workerQueues returns the queues of each worker Deployment (nil when its
+// FANOUT_QUEUES is missing or invalid; with report, that is an error).
+func workerQueues(t *testing.T, m *manifests, img dockerImage, subs map[string]bool, report bool) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	errorf := func(format string, args ...any) {
+		if report {
+			t.Errorf(format, args...)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.deployments)) {
+		d := m.deployments[name]
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if role, _ := checkCommand(k8sCommand(c), img, subs); role != "worker" {
+				continue
+			}
+			envm, _ := m.containerEnv(c)
+			if _, seen := out[name]; !seen {
+				out[name] = nil // a worker, even without valid queues
+			}
+			v, ok := envm["FANOUT_QUEUES"]
+			if !ok {
+				errorf("%s: worker without FANOUT_QUEUES (it would serve every queue; give each task queue its own Deployment)", m.where["Deployment/"+name])
+				continue
+			}
+			qs, err := parseQueues(v)
+			if err != nil {
+				errorf("%s: %v", m.where["Deployment/"+name], err)
+				continue
+			}
+			out[name] = append(out[name], qs...)
+		}
+	}
+	return out
+}
+
+// TestWorkerDeployments: one worker Deployment per queue, together covering
+// events and every priority; the bridge runs at least two replicas.
+func TestWorkerDeployments(t *testing.T) {
+	m := loadManifests(t)
+	img := parseDockerfile(t)
+	subs := starterSubcommands(t)
+	queues := workerQueues(t, m, img, subs, true)
+	servedBy := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(queues)) {
+		qs := queues[name]
+		if len(qs) == 0 {
+			continue // reported by workerQueues
+		}
+		if len(qs) != 1 {
+			t.Errorf("%s: FANOUT_QUEUES=%s: one queue per Deployment, so each task queue's pool scales on its own", m.where["Deployment/"+name], strings.Join(qs, ","))
+		}
+		for _, q := range qs {
+			if prev, dup := servedBy[q]; dup {
+				t.Errorf("queue %q is served by both Deployment %s and %s", q, prev, name)
+			}
+			servedBy[q] = name
+		}
+	}
+	for _, q := range allQueues() {
+		if _, ok := servedBy[q]; !ok {
+			t.Errorf("no worker Deployment serves queue %q (FANOUT_QUEUES=%s); the worker Deployments serve %v", q, q, slices.Sorted(maps.Keys(servedBy)))
+		}
+	}
+	bridges := 0
+	for _, name := range slices.Sorted(maps.Keys(m.deployments)) {
+		d := m.deployments[name]
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if role, _ := checkCommand(k8sCommand(c), img, subs); role == "bridge" {
+				bridges++
+				if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+					t.Errorf("%s: the bridge wants at least 2 replicas in its consumer group", m.where["Deployment/"+name])
+				}
+			}
+		}
+	}
+	if bridges == 0 {
+		t.Errorf("no bridge Deployment (starter bridge) in %s", k8sDir)
+	}
+}
+
+// TestPodSpecs: selectors match their pods, Jobs do not restart forever,
+// containers are locked down and have resources, and long-running containers
+// have a liveness probe on the metrics port.
+func TestPodSpecs(t *testing.T) {
+	m := loadManifests(t)
+	wnames, all := m.workloads()
+	for _, name := range wnames {
+		w := all[name]
+		where := m.where[name]
+		ps := w.Spec.Template.Spec
+		isDeployment := strings.HasPrefix(name, "Deployment/")
+		if isDeployment {
+			if len(w.Spec.Selector.MatchLabels) == 0 {
+				t.Errorf("%s: spec.selector.matchLabels is empty", where)
+			}
+			for k, v := range w.Spec.Selector.MatchLabels {
+				if w.Spec.Template.Metadata.Labels[k] != v {
+					t.Errorf("%s: selector %s=%s does not match the pod template's labels", where, k, v)
+				}
+			}
+		} else if ps.RestartPolicy != "OnFailure" && ps.RestartPolicy != "Never" {
+			t.Errorf("%s: a Job's restartPolicy must be OnFailure or Never, got %q", where, ps.RestartPolicy)
+		}
+		if len(ps.Containers) == 0 {
+			t.Errorf("%s: no containers", where)
+		}
+		podNonRoot := ps.SecurityContext != nil && ps.SecurityContext.RunAsNonRoot != nil && *ps.SecurityContext.RunAsNonRoot
+		if ps.SecurityContext != nil && ps.SecurityContext.RunAsUser != nil && *ps.SecurityContext.RunAsUser == 0 {
+			t.Errorf("%s: runAsUser 0 (root)", where)
+		}
+		for _, c := range ps.Containers {
+			cw := fmt.Sprintf("%s container %s", where, c.Name)
+			sc := c.SecurityContext
+			switch {
+			case sc == nil:
+				t.Errorf("%s: no securityContext", cw)
+			default:
+				if !podNonRoot && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot) {
+					t.Errorf("%s: runAsNonRoot is not set (pod or container)", cw)
+				}
+				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+					t.Errorf("%s: want allowPrivilegeEscalation: false", cw)
+				}
+				if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+					t.Errorf("%s: want readOnlyRootFilesystem: true", cw)
+				}
+				if sc.Privileged != nil && *sc.Privileged {
+					t.Errorf("%s: privileged", cw)
+				}
+				if !slices.Contains(sc.Capabilities.Drop, "ALL") {
+					t.Errorf("%s: want capabilities.drop: [ALL]", cw)
+				}
+			}
+			if c.Resources.Requests["cpu"] == nil || c.Resources.Requests["memory"] == nil {
+				t.Errorf("%s: want resources.requests cpu and memory", cw)
+			}
+			if c.Resources.Limits["memory"] == nil {
+				t.Errorf("%s: want resources.limits.memory", cw)
+			}
+			if !isDeployment {
+				continue
+			}
+			// Liveness through the metrics endpoint, on FANOUT_METRICS_ADDR's port.
+			envm, _ := m.containerEnv(c)
+			addr := envm["FANOUT_METRICS_ADDR"]
+			_, portStr, err := net.SplitHostPort(addr)
+			metricsPort, perr := strconv.Atoi(portStr)
+			if err != nil || perr != nil {
+				t.Errorf("%s: FANOUT_METRICS_ADDR=%q: want [host]:port (the liveness probe reads /metrics there)", cw, addr)
+				continue
+			}
+			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil {
+				t.Errorf("%s: no livenessProbe.httpGet (use /metrics on port %d)", cw, metricsPort)
+				continue
+			}
+			hg := c.LivenessProbe.HTTPGet
+			probePort := -1
+			if hg.Port.Tag == "!!int" {
+				probePort, _ = strconv.Atoi(hg.Port.Value)
+			} else {
+				for _, p := range c.Ports {
+					if p.Name == hg.Port.Value {
+						probePort = p.ContainerPort
+					}
+				}
+			}
+			if probePort != metricsPort {
+				t.Errorf("%s: liveness probe port %q is %d, but FANOUT_METRICS_ADDR=%s serves on %d", cw, hg.Port.Value, probePort, addr, metricsPort)
+			}
+			if hg.Path != "/metrics" {
+				t.Errorf("%s: liveness probe path %q; the process serves /metrics", cw, hg.Path)
+			}
+		}
+	}
+}
+
+// TestKEDA: every worker Deployment has one ScaledObject with a temporal
+// trigger on its own task queue, against the Temporal the workers use, with
+// at least one replica; nothing else is scaled by it.
+func TestKEDA(t *testing.T) {
+	m := loadManifests(t)
+	img := parseDockerfile(t)
+	subs := starterSubcommands(t)
+	queues := workerQueues(t, m, img, subs, false)
+	scaled := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(m.scaledObjects)) {
+		so := m.scaledObjects[name]
+		where := m.where["ScaledObject/"+name]
+		if so.APIVersion != "keda.sh/v1alpha1" {
+			t.Errorf("%s: apiVersion %q, want keda.sh/v1alpha1", where, so.APIVersion)
+		}
+		ref := so.Spec.ScaleTargetRef
+		if ref.Kind != "" && ref.Kind != "Deployment" {
+			t.Errorf("%s: scaleTargetRef.kind %q; the workers are Deployments", where, ref.Kind)
+			continue
+		}
+		dep, ok := m.deployments[ref.Name]
+		if !ok {
+			t.Errorf("%s: scaleTargetRef.name %q is not a Deployment in %s (Deployments: %v)", where, ref.Name, k8sDir, slices.Sorted(maps.Keys(m.deployments)))
+			continue
+		}
+		if prev, dup := scaled[ref.Name]; dup {
+			t.Errorf("%s: Deployment %s is already scaled by ScaledObject %s", where, ref.Name, prev)
+		}
+		scaled[ref.Name] = name
+		depQueues, isWorker := queues[ref.Name]
+		if !isWorker {
+			t.Errorf("%s: scales %s, which is not a worker (only workers poll task queues)", where, ref.Name)
+			continue
+		}
+		checkQueues := len(depQueues) > 0 // else TestWorkerDeployments reports FANOUT_QUEUES
+		if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount < 1 {
+			t.Errorf("%s: minReplicaCount must be at least 1: an idle task queue is unloaded after ~5 min and its backlog then reads 0, so a pool at zero would never be woken", where)
+		}
+		if so.Spec.MaxReplicaCount != nil && so.Spec.MinReplicaCount != nil && *so.Spec.MaxReplicaCount < *so.Spec.MinReplicaCount {
+			t.Errorf("%s: maxReplicaCount < minReplicaCount", where)
+		}
+		// The Temporal the target's workers talk to.
+		var depEnv map[string]string
+		if len(dep.Spec.Template.Spec.Containers) > 0 {
+			depEnv, _ = m.containerEnv(dep.Spec.Template.Spec.Containers[0])
+		}
+		wantNS := depEnv["TEMPORAL_NAMESPACE"]
+		if wantNS == "" {
+			wantNS = "default"
+		}
+		var wantTQ []string
+		for _, q := range depQueues {
+			tq, _ := taskQueueOf(q)
+			wantTQ = append(wantTQ, tq)
+		}
+		var gotTQ []string
+		for i, tr := range so.Spec.Triggers {
+			tw := fmt.Sprintf("%s trigger %d", where, i)
+			if tr.Type != "temporal" {
+				t.Errorf("%s: type %q, want temporal", tw, tr.Type)
+				continue
+			}
+			md := tr.Metadata
+			switch {
+			case md["endpointFromEnv"] != "":
+				if _, ok := depEnv[string(md["endpointFromEnv"])]; !ok {
+					t.Errorf("%s: endpointFromEnv %s is not in %s's environment", tw, md["endpointFromEnv"], ref.Name)
+				}
+			case string(md["endpoint"]) != depEnv["TEMPORAL_ADDRESS"]:
+				t.Errorf("%s: endpoint %q, but %s's workers use TEMPORAL_ADDRESS=%q", tw, md["endpoint"], ref.Name, depEnv["TEMPORAL_ADDRESS"])
+			}
+			if ns := string(md["namespace"]); md["namespaceFromEnv"] == "" && cmp.Or(ns, "default") != wantNS {
+				t.Errorf("%s: namespace %q, but %s's workers use TEMPORAL_NAMESPACE=%q", tw, ns, ref.Name, wantNS)
+			}
+			tq := string(md["taskQueue"])
+			if checkQueues && !slices.Contains(wantTQ, tq) {
+				t.Errorf("%s: taskQueue %q, but %s serves FANOUT_QUEUES=%s, i.e. task queue(s) %v", tw, tq, ref.Name, strings.Join(depQueues, ","), wantTQ)
+			}
+			gotTQ = append(gotTQ, tq)
+			qt := strings.Split(string(md["queueTypes"]), ",")
+			for _, typ := range qt {
+				if typ != "workflow" && typ != "activity" && typ != "nexus" {
+					t.Errorf("%s: queueTypes %q: %q is not workflow, activity or nexus", tw, md["queueTypes"], typ)
+				}
+			}
+			for _, typ := range []string{"workflow", "activity"} {
+				if !slices.Contains(qt, typ) {
+					t.Errorf("%s: queueTypes %q lacks %s: every fanout pool runs a workflow and its activities on its task queue", tw, md["queueTypes"], typ)
+				}
+			}
+			if n, err := strconv.Atoi(string(md["targetQueueSize"])); err != nil || n < 1 {
+				t.Errorf("%s: targetQueueSize %q: want a positive integer", tw, md["targetQueueSize"])
+			}
+			if ar := tr.AuthenticationRef; ar != nil {
+				if ar.Kind != "" && ar.Kind != "TriggerAuthentication" {
+					continue // a ClusterTriggerAuthentication lives outside these manifests
+				}
+				if _, ok := m.triggerAuths[ar.Name]; !ok {
+					t.Errorf("%s: authenticationRef %q is not a TriggerAuthentication in %s", tw, ar.Name, k8sDir)
+				}
+			}
+		}
+		slices.Sort(gotTQ)
+		slices.Sort(wantTQ)
+		if checkQueues && !slices.Equal(gotTQ, wantTQ) {
+			t.Errorf("%s: triggers on task queues %v; %s serves %v (one trigger per task queue)", where, gotTQ, ref.Name, wantTQ)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(queues)) {
+		if _, ok := scaled[name]; !ok {
+			t.Errorf("worker Deployment %s has no KEDA ScaledObject", name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.triggerAuths)) {
+		for _, r := range m.triggerAuths[name].Spec.SecretTargetRef {
+			vals, _ := secretValues(m.secrets[r.Name])
+			if _, ok := vals[r.Key]; !ok {
+				t.Errorf("%s: parameter %s reads Secret %s key %s, which is not defined in %s",
+					m.where["TriggerAuthentication/"+name], r.Parameter, r.Name, r.Key, k8sDir)
+			}
+		}
+	}
+}
+
+// TestDockerfile: the image builds packages that exist and are commands,
+// statically, with the Go of go.mod, into /usr/local/bin of a non-root
+// runtime.
+func TestDockerfile(t *testing.T) {
+	img := parseDockerfile(t)
+	if len(img.packages) == 0 {
+		t.Fatalf("%s: no `go build` with package arguments", dockerfile)
+	}
+	for _, p := range img.packages {
+		if !strings.HasPrefix(p, "./") {
+			t.Errorf("%s: go build %s: want a path relative to the module root (./...)", dockerfile, p)
+			continue
+		}
+		dir := filepath.Join(repoRoot, filepath.FromSlash(p))
+		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
+			return !strings.HasSuffix(fi.Name(), "_test.go")
+		}, parser.PackageClauseOnly)
+		if err != nil {
+			t.Errorf("%s: go build %s: %v", dockerfile, p, err)
+			continue
+		}
+		if _, ok := pkgs["main"]; !ok || len(pkgs) != 1 {
+			t.Errorf("%s: go build %s: %s is not a main package (packages: %v)", dockerfile, p, dir, slices.Sorted(maps.Keys(pkgs)))
+		}
+	}
+	for _, want := range []string{"./workers/cmd/worker", "./starter"} {
+		if !slices.Contains(img.packages, want) {
+			t.Errorf("%s: does not build %s", dockerfile, want)
+		}
+	}
+	if !img.cgoDisabled {
+		t.Errorf("%s: go build without CGO_ENABLED=0: the runtime image has no libc", dockerfile)
+	}
+	for _, bin := range []string{"worker", "starter"} {
+		if got := img.binaries[bin]; got != "/usr/local/bin/"+bin {
+			t.Errorf("%s: %s is installed at %q, want /usr/local/bin/%s (built: %v, installed: %v)", dockerfile, bin, got, bin, img.built, img.binaries)
+		}
+	}
+	// The builder's Go must be at least go.mod's (golang images set GOTOOLCHAIN=local).
+	repo, tag, _ := strings.Cut(img.builderFrom, ":")
+	if path.Base(repo) != "golang" {
+		t.Errorf("%s: go build runs in %q, want a golang image", dockerfile, img.builderFrom)
+	} else {
+		modV := goModVersion(t)
+		imgV := regexp.MustCompile(`^\d+\.\d+(\.\d+)?`).FindString(tag)
+		if imgV == "" || versionLess(imgV, modV) {
+			t.Errorf("%s: builder %s is older than go.mod's go %s", dockerfile, img.builderFrom, modV)
+		}
+	}
+	// A numeric non-root user, so Kubernetes' runAsNonRoot can verify it.
+	user, _, _ := strings.Cut(img.finalUser, ":")
+	if uid, err := strconv.Atoi(user); err != nil || uid == 0 {
+		t.Errorf("%s: final stage (%s) USER %q: want a numeric non-root uid", dockerfile, img.finalFrom, img.finalUser)
+	}
+}
+
+func goModVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(goMod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := regexp.MustCompile(`(?m)^go (\d+\.\d+(\.\d+)?)\s*$`).FindSubmatch(b)
+	if v == nil {
+		t.Fatalf("%s: no go line", goMod)
+	}
+	return string(v[1])
+}
+
+// versionLess reports a < b for Go versions "1.26" / "1.26.4"; a version
+// without a patch ("1.26", an image tag tracking the newest 1.26.x) is not
+// less than any patch of its minor.
+func versionLess(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(pa) && i < len(pb); i++ {
+		x, _ := strconv.Atoi(pa[i])
+		y, _ := strconv.Atoi(pb[i])
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}
+
+// TestCompose: the laptop stack's services run binaries of the image, name
+// only variables the code reads, give the worker and bridge a valid
+// configuration, and its workers cover every queue.
+func TestCompose(t *testing.T) {
+	c := loadCompose(t)
+	img := parseDockerfile(t)
+	subs := starterSubcommands(t)
+	names := loadEnvNames(t)
+	fanoutImages := map[string]bool{}
+	for _, n := range c.names {
+		s := c.services[n]
+		ctx, file, err := composeBuild(s)
+		if err != nil {
+			t.Errorf("%s service %s: %v", composeFile, n, err)
+			continue
+		}
+		if file == "" {
+			continue
+		}
+		if _, err := os.Stat(file); err != nil {
+			t.Errorf("%s service %s: build.dockerfile: %v", composeFile, n, err)
+		}
+		if _, err := os.Stat(filepath.Join(ctx, "go.mod")); err != nil {
+			t.Errorf("%s service %s: build.context %q is not the module root: %v", composeFile, n, ctx, err)
+		}
+		if abs, _ := filepath.Abs(file); abs != mustAbs(t, dockerfile) {
+			continue
+		}
+		fanoutImages[s.Image] = true
+	}
+	if len(fanoutImages) == 0 {
+		t.Fatalf("%s: no service builds %s", composeFile, dockerfile)
+	}
+	roles := map[string]int{}
+	served := map[string]bool{}
+	for _, n := range c.names {
+		s := c.services[n]
+		where := fmt.Sprintf("%s service %s", composeFile, n)
+		envm, err := composeEnv(s)
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+			continue
+		}
+		for _, p := range names.check(envm) {
+			t.Errorf("%s: %s", where, p)
+		}
+		deps, err := composeDependsOn(s)
+		if err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		for _, d := range deps {
+			if _, ok := c.services[d]; !ok {
+				t.Errorf("%s: depends_on %q, which is not a service", where, d)
+			}
+		}
+		if !fanoutImages[s.Image] {
+			continue
+		}
+		entry, err := stringList(s.Entrypoint)
+		if err != nil {
+			t.Errorf("%s: entrypoint: %v", where, err)
+		}
+		argv, err := stringList(s.Command)
+		if err != nil {
+			t.Errorf("%s: command: %v", where, err)
+		}
+		argv = append(entry, argv...)
+		var cmd command
+		if len(argv) > 0 {
+			cmd = command{binary: path.Base(argv[0]), path: argv[0], args: argv[1:]}
+		}
+		role, problems := checkCommand(cmd, img, subs)
+		for _, p := range problems {
+			t.Errorf("%s: %s", where, p)
+		}
+		roles[role]++
+		if err := validateConfig(role, envm); err != nil {
+			t.Errorf("%s (%s): the process would exit at start-up: %v", where, role, err)
+		}
+		if role == "worker" {
+			v, ok := envm["FANOUT_QUEUES"]
+			if !ok {
+				t.Errorf("%s: worker without FANOUT_QUEUES", where)
+				continue
+			}
+			qs, err := parseQueues(v)
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+			}
+			for _, q := range qs {
+				served[q] = true
+			}
+		}
+	}
+	for _, q := range allQueues() {
+		if !served[q] {
+			t.Errorf("%s: no worker serves queue %q", composeFile, q)
+		}
+	}
+	for _, role := range []string{"worker", "bridge", "starter setup"} {
+		if roles[role] == 0 {
+			t.Errorf("%s: no service runs %s", composeFile, role)
+		}
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
