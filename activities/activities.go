@@ -368,6 +368,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 			}
 		}
 		delay := pol.Delay(n, retryAfter, nil)
+		observeRetried(ctx, in, len(retry))
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
 			fmt.Sprintf("%d of %d recipients failed transiently (first: %s); retrying in %v",
 				len(retry), len(in.Recipients), retry[0].err, delay.Round(time.Millisecond)),
@@ -397,6 +398,10 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		marks    = make(chan string, conc)
 		flushed  = make(chan error, 1)
 	)
+	// A failed flush stops the batch: what is delivered from then on could
+	// not be marked, and the retry would deliver it again.
+	dctx, stopDeliveries := context.WithCancelCause(ctx)
+	defer stopDeliveries(nil)
 	go func() {
 		var ferr error
 		buf := make([]string, 0, 256)
@@ -417,19 +422,21 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 			if ferr == nil && a.Gate != nil {
 				// Delivered but not marked if this fails: the retry delivers
 				// them again (their keys still hold our attempt id).
-				ferr = a.Gate.MarkDelivered(ctx, in.Event.ID, in.AttemptID, buf...)
+				if ferr = a.Gate.MarkDelivered(ctx, in.Event.ID, in.AttemptID, buf...); ferr != nil {
+					stopDeliveries(ferr)
+				}
 			}
 		}
 		flushed <- ferr
 	}()
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(dctx)
 	g.SetLimit(conc)
 	for _, r := range todo {
 		if gctx.Err() != nil {
 			break
 		}
 		g.Go(func() error {
-			derr := h.Deliver(gctx, in.Event, r, in.Message)
+			derr := observeDeliver(gctx, h, in, r) // h.Deliver, timed (metrics.go)
 			o := outcome{r: r, err: derr}
 			if derr != nil {
 				o.retryAfter, _ = fanout.RetryAfterOf(derr)

@@ -21,11 +21,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fanout/fanout/internal/bridge"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/gate"
 	"github.com/fanout/fanout/internal/redrive"
+	"github.com/fanout/fanout/internal/telemetry"
 )
 
 func main() {
@@ -45,6 +49,10 @@ func main() {
 		err = runRedrive(ctx, os.Args[2:])
 	case "redrive-events":
 		err = runRedriveEvents(ctx, os.Args[2:])
+	case "replay":
+		err = runReplay(ctx, os.Args[2:])
+	case "setup":
+		err = runSetup(ctx, os.Args[2:])
 	default:
 		usage()
 		os.Exit(2)
@@ -65,7 +73,12 @@ func runBridge(ctx context.Context) error {
 		return err
 	}
 	log := config.Logger(cfg.LogLevel)
-	tc, err := config.DialTemporal(ctx, log)
+	tel, err := telemetry.Setup(ctx, "fanout-bridge", telemetry.WithMetricsAddr(cfg.MetricsAddr), telemetry.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer shutdown(tel)
+	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
 	if err != nil {
 		return err
 	}
@@ -86,6 +99,8 @@ func runBridge(ctx context.Context) error {
 		Events:         gate.New(rdb, 0),
 		EventTTL:       cfg.EventTTL,
 		Logger:         log,
+		TracerProvider: tel.TracerProvider,
+		MeterProvider:  tel.MeterProvider,
 	}, tc)
 	log.Info("bridge consuming", "brokers", cfg.Brokers, "topic", cfg.EventsTopic, "group", cfg.Group, "types", cfg.EventTypes)
 	err = b.Run(ctx)
@@ -104,7 +119,8 @@ func runPublish(ctx context.Context, args []string) error {
 	prio := fs.String("priority", "", "priority: high, normal, low (empty: the type's default)")
 	payload := fs.String("payload", "{}", "JSON payload")
 	count := fs.Int("count", 1, "number of events to publish")
-	traceparent := fs.String("traceparent", "", "W3C traceparent header to attach")
+	traceparent := fs.String("traceparent", "", "W3C traceparent of the events' parent span (default: each event starts a trace)")
+	tracestate := fs.String("tracestate", "", "W3C tracestate to go with -traceparent")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,19 +130,45 @@ func runPublish(ctx context.Context, args []string) error {
 	if !json.Valid([]byte(*payload)) {
 		return fmt.Errorf("publish: -payload is not valid JSON")
 	}
+	// Each event's record carries a W3C trace context: a "publish" span of
+	// its own (a child of -traceparent when given), exported when OTEL_* say
+	// so. With -traceparent and no exporter, the given context is passed on
+	// as it is, so the trace has no span the backend never sees.
+	tel, err := telemetry.Setup(ctx, "fanout-publish", telemetry.WithSDKTracer())
+	if err != nil {
+		return err
+	}
+	defer shutdown(tel)
+	tracer := tel.TracerProvider.Tracer("github.com/fanout/fanout/starter")
+	parent := ctx
+	if *traceparent != "" {
+		var ok bool
+		if parent, ok = telemetry.ContextWithTraceparent(ctx, *traceparent, *tracestate); !ok {
+			return fmt.Errorf("publish: -traceparent %q is not a valid W3C traceparent", *traceparent)
+		}
+		if !tel.Exporting() {
+			tracer = tracenoop.NewTracerProvider().Tracer("")
+		}
+	}
 	msgs := make([]kafka.Message, 0, *count)
+	spans := make([]trace.Span, 0, *count)
+	defer func() {
+		for _, s := range spans {
+			s.End()
+		}
+	}()
 	for i := range *count {
 		evID := *id
 		if *count > 1 {
 			evID = fmt.Sprintf("%s-%d", *id, i)
 		}
-		v, err := json.Marshal(bridge.Envelope{ID: evID, Type: *typ, Priority: *prio, Payload: json.RawMessage(*payload)})
+		sctx, span := tracer.Start(parent, "publish "+cfg.EventsTopic, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.destination.name", cfg.EventsTopic), attribute.String("fanout.event.id", evID)))
+		spans = append(spans, span)
+		m, err := bridge.Record(sctx, bridge.Envelope{ID: evID, Type: *typ, Priority: *prio, Payload: json.RawMessage(*payload)})
 		if err != nil {
 			return err
-		}
-		m := kafka.Message{Key: []byte(evID), Value: v}
-		if *traceparent != "" {
-			m.Headers = append(m.Headers, kafka.Header{Key: "traceparent", Value: []byte(*traceparent)})
 		}
 		msgs = append(msgs, m)
 	}
@@ -136,7 +178,17 @@ func runPublish(ctx context.Context, args []string) error {
 		return fmt.Errorf("publish to %s: %w", cfg.EventsTopic, err)
 	}
 	fmt.Printf("published %d event(s) to %s\n", len(msgs), cfg.EventsTopic)
+	if len(spans) == 1 {
+		fmt.Printf("trace id %s\n", spans[0].SpanContext().TraceID())
+	}
 	return nil
+}
+
+// shutdown flushes the process's telemetry (pending spans) within 5s.
+func shutdown(tel *telemetry.Telemetry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tel.Shutdown(ctx)
 }
 
 func runRedrive(ctx context.Context, args []string) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -51,6 +52,10 @@ type Options struct {
 	// per batch on this worker, whatever the event type says.
 	DeliverConcurrency int
 	Logger             *slog.Logger
+	// Interceptors are added to every worker's, after the client's (the
+	// client carries the tracing interceptor, see internal/telemetry) and
+	// the delivery metrics interceptor (activities.MetricsInterceptor).
+	Interceptors []interceptor.WorkerInterceptor
 }
 
 // TaskQueue maps a queue name of Options.Queues to its task queue.
@@ -88,6 +93,8 @@ func Run(ctx context.Context, o Options) error {
 	if slots <= 0 {
 		slots = 8
 	}
+	// DeliverBatch outcomes and durations go to the fanout.* metrics.
+	icps := append([]interceptor.WorkerInterceptor{activities.MetricsInterceptor()}, o.Interceptors...)
 	var started []worker.Worker
 	defer func() {
 		for _, w := range started {
@@ -108,6 +115,7 @@ func Run(ctx context.Context, o Options) error {
 				MaxConcurrentWorkflowTaskPollers: 8,
 				MaxConcurrentActivityTaskPollers: 4,
 				WorkerStopTimeout:                10 * time.Second,
+				Interceptors:                     icps,
 			})
 			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: fanout.FanoutWorkflowName})
 		} else {
@@ -116,6 +124,7 @@ func Run(ctx context.Context, o Options) error {
 				MaxConcurrentActivityTaskPollers:   4,
 				MaxConcurrentWorkflowTaskPollers:   4,
 				WorkerStopTimeout:                  10 * time.Second,
+				Interceptors:                       icps,
 			})
 			w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: fanout.DeliveryBatchWorkflow})
 		}

@@ -17,6 +17,10 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -56,6 +60,12 @@ type Config struct {
 	Events   *gate.Gate
 	EventTTL time.Duration
 	Logger   *slog.Logger
+	// TracerProvider and MeterProvider default to the global ones. Each
+	// record gets a span, a child of the trace context in its headers; the
+	// workflow is started within it, so Temporal's tracing interceptor (on
+	// the client) carries the trace into the workflow.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
 }
 
 // Stats are the bridge's counters.
@@ -72,6 +82,7 @@ type Bridge struct {
 	reader *kafka.Reader
 	dlq    *kafka.Writer
 	log    *slog.Logger
+	inst   instruments
 	Stats  Stats
 }
 
@@ -103,7 +114,8 @@ func New(cfg Config, tc client.Client) *Bridge {
 			BatchTimeout: 5 * time.Millisecond,
 			Transport:    cfg.Transport,
 		},
-		log: log,
+		log:  log,
+		inst: newInstruments(cfg.TracerProvider, cfg.MeterProvider),
 	}
 }
 
@@ -160,7 +172,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 // and the DLQ write until they succeed or ctx (the consumer's) is canceled;
 // on cancel the record is left uncommitted, to be redelivered.
 func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
+	work, span := b.startSpan(work, m)
+	defer span.End()
 	ev, perr := b.cfg.Validator.Parse(m)
+	if perr == nil {
+		span.SetAttributes(attribute.String("fanout.event.id", ev.ID), attribute.String("fanout.event.type", ev.Type))
+	}
 	for attempt := 1; ; attempt++ {
 		var err error
 		if perr != nil {
@@ -171,11 +188,13 @@ func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
 		if err == nil {
 			break
 		}
+		span.RecordError(err)
 		d := backoff.Default.Delay(attempt, 0, nil)
 		b.log.Warn("record not processed yet; retrying", "partition", m.Partition, "offset", m.Offset, "err", err, "retry_in", d)
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
+			span.SetStatus(codes.Error, "stopped before the record was handled")
 			return
 		}
 	}
@@ -237,6 +256,7 @@ func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
 		}
 		if seen {
 			b.Stats.Duplicates.Add(1)
+			b.count(ctx, OutcomeDuplicate, "")
 			return nil
 		}
 	}
@@ -253,9 +273,11 @@ func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
 	}
 	if dup {
 		b.Stats.Duplicates.Add(1)
+		b.count(ctx, OutcomeDuplicate, "")
 		b.log.Debug("event already fanned out", "event", ev.ID)
 	} else {
 		b.Stats.Started.Add(1)
+		b.count(ctx, OutcomeStarted, "")
 	}
 	return nil
 }
@@ -281,6 +303,7 @@ func (b *Bridge) deadLetter(ctx context.Context, m kafka.Message, perr error) er
 		return fmt.Errorf("write dead letter: %w", err)
 	}
 	b.Stats.DeadLettered.Add(1)
+	b.count(ctx, OutcomeDeadLettered, reason)
 	b.log.Warn("bad event dead-lettered", "reason", reason, "err", perr, "partition", m.Partition, "offset", m.Offset)
 	return nil
 }

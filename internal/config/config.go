@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,9 @@ type Bridge struct {
 	MaxPayloadBytes int           `env:"FANOUT_MAX_PAYLOAD_BYTES" envDefault:"262144"`
 	CommitInterval  time.Duration `env:"FANOUT_COMMIT_INTERVAL" envDefault:"200ms"`
 	LogLevel        string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+	// MetricsAddr serves Prometheus metrics at http://<addr>/metrics when
+	// set (production: :9464); empty serves none.
+	MetricsAddr string `env:"FANOUT_METRICS_ADDR"`
 }
 
 // Worker configures the worker binary.
@@ -72,6 +76,11 @@ type Worker struct {
 	BatchSlots    int           `env:"FANOUT_BATCH_SLOTS" envDefault:"8"`
 	Dedup         bool          `env:"FANOUT_DEDUP" envDefault:"true"`
 	LogLevel      string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+	// PprofAddr serves net/http/pprof (e.g. 127.0.0.1:6060) when set.
+	PprofAddr string `env:"FANOUT_PPROF_ADDR"`
+	// MetricsAddr serves Prometheus metrics at http://<addr>/metrics when
+	// set (production: :9464); empty serves none.
+	MetricsAddr string `env:"FANOUT_METRICS_ADDR"`
 }
 
 // Load parses the environment into cfg (a pointer to one of the structs
@@ -162,6 +171,9 @@ func (b *Bridge) Validate() error {
 	if _, err := ParseLevel(b.LogLevel); err != nil {
 		return fmt.Errorf("FANOUT_LOG_LEVEL: %w", err)
 	}
+	if err := validateMetricsAddr(b.MetricsAddr); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -205,6 +217,24 @@ func (w *Worker) Validate() error {
 	if _, err := ParseLevel(w.LogLevel); err != nil {
 		return fmt.Errorf("FANOUT_LOG_LEVEL: %w", err)
 	}
+	if err := validateMetricsAddr(w.MetricsAddr); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validateMetricsAddr checks FANOUT_METRICS_ADDR: empty, or host:port.
+func validateMetricsAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("FANOUT_METRICS_ADDR: %q is not [host]:port (e.g. :9464)", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("FANOUT_METRICS_ADDR: %q has no valid port", addr)
+	}
 	return nil
 }
 
@@ -230,13 +260,18 @@ func Logger(level string) *slog.Logger {
 }
 
 // DialTemporal connects to Temporal with the TEMPORAL_* environment (address,
-// namespace, TLS, API key), logging through logger.
-func DialTemporal(ctx context.Context, logger *slog.Logger) (client.Client, error) {
+// namespace, TLS, API key), logging through logger. Each of with adjusts the
+// options before dialing (telemetry.Telemetry.ClientOptions adds tracing and
+// metrics).
+func DialTemporal(ctx context.Context, logger *slog.Logger, with ...func(*client.Options)) (client.Client, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		return nil, fmt.Errorf("temporal config (TEMPORAL_*): %w", err)
 	}
 	opts.Logger = tlog.NewStructuredLogger(logger)
+	for _, f := range with {
+		f(&opts)
+	}
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		addr := opts.HostPort

@@ -22,6 +22,9 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/fanout/fanout"
 )
 
@@ -44,13 +47,29 @@ type Handler struct {
 }
 
 // NewClient returns an HTTP client tuned for many deliveries to few hosts:
-// keep-alive with a large idle pool, and a per-request timeout.
+// keep-alive with a large idle pool, and a per-request timeout. Its
+// requests are traced (OpenTelemetry's otelhttp transport with the global
+// tracer and meter providers): each is a client span, a child of the span in
+// the request's context (the DeliverBatch or RecipientsPage activity's), and
+// carries the W3C traceparent/tracestate headers, so the recipient sees the
+// event's trace. Without a tracer provider the incoming trace context is
+// still passed on.
 func NewClient(timeout time.Duration, maxConnsPerHost int) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = maxConnsPerHost * 4
 	t.MaxIdleConnsPerHost = maxConnsPerHost
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return &http.Client{Timeout: timeout, Transport: t}
+	return &http.Client{Timeout: timeout, Transport: otelhttp.NewTransport(t,
+		otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+		otelhttp.WithSpanNameFormatter(spanName))}
+}
+
+// spanName names a request's span: "webhook deliver" or "webhook recipients".
+func spanName(_ string, r *http.Request) string {
+	if r.Header.Get(HeaderRecipientID) != "" {
+		return "webhook deliver"
+	}
+	return "webhook recipients"
 }
 
 type payload struct {

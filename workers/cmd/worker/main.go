@@ -6,6 +6,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/dlq"
+	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/internal/webhook"
 	"github.com/fanout/fanout/workers"
 )
@@ -34,10 +37,24 @@ func run() error {
 		return err
 	}
 	log := config.Logger(cfg.LogLevel)
+	if cfg.PprofAddr != "" {
+		go func() {
+			log.Info("pprof", "addr", cfg.PprofAddr, "err", http.ListenAndServe(cfg.PprofAddr, nil))
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	tc, err := config.DialTemporal(ctx, log)
+	tel, err := telemetry.Setup(ctx, "fanout-worker", telemetry.WithMetricsAddr(cfg.MetricsAddr), telemetry.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
+	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,182 @@
+package activities
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
+
+	"github.com/fanout/fanout"
+)
+
+// Metrics of the delivery activities, recorded through the global
+// OpenTelemetry meter provider (telemetry.Setup installs it; without it they
+// are no-ops). Their Prometheus names are in the README ("Observability").
+//
+//	fanout.deliveries          counter   recipients by outcome: delivered, duplicate, failed (final
+//	                                     outcomes of each batch, every recipient once) and retried
+//	                                     (a transient failure that the batch retries)
+//	fanout.duplicates.skipped  counter   recipients the gate skipped: another batch of the event delivered them
+//	fanout.dead_letters        counter   recipients written to the deliveries DLQ
+//	fanout.delivery.duration   histogram seconds per deliver_to_recipient call, by result (ok, error, permanent_error)
+//	fanout.batch.duration      histogram seconds per DeliverBatch attempt, by result (completed, retry, error)
+//
+// All carry event_type; the batch ones also priority.
+const meterName = "github.com/fanout/fanout/activities"
+
+type instruments struct {
+	deliveries  metric.Int64Counter
+	duplicates  metric.Int64Counter
+	deadLetters metric.Int64Counter
+	deliverDur  metric.Float64Histogram
+	batchDur    metric.Float64Histogram
+}
+
+var (
+	instOnce sync.Once
+	inst     instruments
+	// attrSets caches the attribute options of the hot path (per delivery).
+	attrSets sync.Map // attrKey -> metric.MeasurementOption
+)
+
+type attrKey struct{ eventType, priority, name, value string }
+
+func meters() *instruments {
+	instOnce.Do(func() {
+		m := otel.GetMeterProvider().Meter(meterName)
+		inst.deliveries, _ = m.Int64Counter("fanout.deliveries", metric.WithUnit("{recipient}"),
+			metric.WithDescription("Recipients by delivery outcome: delivered, duplicate, failed (final, once per recipient), retried (a transient failure the batch retries)"))
+		inst.duplicates, _ = m.Int64Counter("fanout.duplicates.skipped", metric.WithUnit("{recipient}"),
+			metric.WithDescription("Recipients skipped by the attempt-id gate because another batch of the event delivered them"))
+		inst.deadLetters, _ = m.Int64Counter("fanout.dead_letters", metric.WithUnit("{recipient}"),
+			metric.WithDescription("Recipients given up and written to the deliveries DLQ"))
+		inst.deliverDur, _ = m.Float64Histogram("fanout.delivery.duration", metric.WithUnit("s"),
+			metric.WithDescription("Duration of each deliver_to_recipient call, by result"),
+			metric.WithExplicitBucketBoundaries(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+		inst.batchDur, _ = m.Float64Histogram("fanout.batch.duration", metric.WithUnit("s"),
+			metric.WithDescription("Duration of each DeliverBatch activity attempt, by result"),
+			metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
+	})
+	return &inst
+}
+
+// attrs returns the (cached) attribute option {event_type, priority?, name=value?}.
+func attrs(eventType string, priority fanout.Priority, name, value string) metric.MeasurementOption {
+	k := attrKey{eventType, string(priority), name, value}
+	if o, ok := attrSets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	kv := []attribute.KeyValue{attribute.String("event_type", eventType)}
+	if name != "" {
+		kv = append(kv, attribute.String(name, value))
+	}
+	if priority != "" {
+		kv = append(kv, attribute.String("priority", string(priority)))
+	}
+	o, _ := attrSets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kv...)))
+	return o.(metric.MeasurementOption)
+}
+
+// observeDeliver calls the handler's Deliver and records its duration.
+func observeDeliver(ctx context.Context, h fanout.Handler, in DeliverBatchInput, r fanout.Recipient) error {
+	start := time.Now()
+	err := h.Deliver(ctx, in.Event, r, in.Message)
+	result := "ok"
+	switch {
+	case err == nil:
+	case fanout.IsPermanent(err):
+		result = "permanent_error"
+	default:
+		result = "error"
+	}
+	meters().deliverDur.Record(ctx, time.Since(start).Seconds(), attrs(in.Event.Type, "", "result", result))
+	return err
+}
+
+// observeRetried counts the recipients a batch attempt leaves to its retry.
+func observeRetried(ctx context.Context, in DeliverBatchInput, n int) {
+	meters().deliveries.Add(ctx, int64(n), attrs(in.Event.Type, in.Priority, "outcome", "retried"))
+}
+
+// observeBatch records a finished DeliverBatch attempt: its duration and,
+// when it completed, the final outcome of each of its recipients.
+func observeBatch(ctx context.Context, in DeliverBatchInput, res DeliverBatchResult, err error, d time.Duration) {
+	m := meters()
+	result := "completed"
+	switch {
+	case err == nil:
+	case IsDeliveryRetry(err):
+		result = "retry"
+	default:
+		result = "error"
+	}
+	m.batchDur.Record(ctx, d.Seconds(), attrs(in.Event.Type, in.Priority, "result", result))
+	if err != nil {
+		return
+	}
+	for _, c := range []struct {
+		outcome string
+		n       int
+	}{{"delivered", res.Delivered}, {"duplicate", res.Duplicates}, {"failed", res.Failed}} {
+		if c.n > 0 {
+			m.deliveries.Add(ctx, int64(c.n), attrs(in.Event.Type, in.Priority, "outcome", c.outcome))
+		}
+	}
+	if res.Duplicates > 0 {
+		m.duplicates.Add(ctx, int64(res.Duplicates), attrs(in.Event.Type, in.Priority, "", ""))
+	}
+	if res.DeadLettered > 0 {
+		m.deadLetters.Add(ctx, int64(res.DeadLettered), attrs(in.Event.Type, in.Priority, "", ""))
+	}
+}
+
+// MetricsInterceptor is a worker interceptor that records the outcome and
+// duration of every DeliverBatch attempt (workers.Run installs it).
+func MetricsInterceptor() interceptor.WorkerInterceptor { return &metricsInterceptor{} }
+
+type metricsInterceptor struct {
+	interceptor.WorkerInterceptorBase
+}
+
+func (*metricsInterceptor) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	i := &metricsActivityInbound{}
+	i.Next = next
+	return i
+}
+
+type metricsActivityInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+}
+
+func (i *metricsActivityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	if activity.GetInfo(ctx).ActivityType.Name != "DeliverBatch" || len(in.Args) != 1 {
+		return i.Next.ExecuteActivity(ctx, in)
+	}
+	var bin DeliverBatchInput
+	switch a := in.Args[0].(type) {
+	case DeliverBatchInput:
+		bin = a
+	case *DeliverBatchInput:
+		bin = *a
+	default:
+		return i.Next.ExecuteActivity(ctx, in)
+	}
+	start := time.Now()
+	ret, err := i.Next.ExecuteActivity(ctx, in)
+	var res DeliverBatchResult
+	switch r := ret.(type) {
+	case DeliverBatchResult:
+		res = r
+	case *DeliverBatchResult:
+		if r != nil {
+			res = *r
+		}
+	}
+	observeBatch(ctx, bin, res, err, time.Since(start))
+	return ret, err
+}
