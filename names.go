@@ -48,6 +48,17 @@ const (
 	SearchAttrFailed    = "FanoutFailed"
 )
 
+// SearchAttribute is one of fanout's search attributes and its type (as
+// the temporal CLI names it).
+type SearchAttribute struct{ Name, Type string }
+
+// SearchAttributes are the attributes fanout sets, to register once per
+// namespace (`starter setup`; the dev stack registers them at start).
+var SearchAttributes = []SearchAttribute{
+	{SearchAttrEventType, "Keyword"}, {SearchAttrPriority, "Keyword"}, {SearchAttrStatus, "Keyword"},
+	{SearchAttrFound, "Int"}, {SearchAttrDelivered, "Int"}, {SearchAttrFailed, "Int"},
+}
+
 // Workflow status values of SearchAttrStatus.
 const (
 	StatusRunning   = "running"

@@ -4,6 +4,8 @@
 //	starter publish   publish events to the events topic (for demos and tests)
 //	starter redrive   re-deliver dead letters of the deliveries DLQ through the same gate
 //	starter redrive-events   re-publish records of the events DLQ after a fix
+//	starter replay    replay workflow histories (files or a live query) against this code
+//	starter setup     register fanout's search attributes on a namespace (idempotent)
 //
 // Configuration comes from FANOUT_* and TEMPORAL_* environment variables
 // (see the README); publish also takes flags.
@@ -64,7 +66,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: starter bridge | publish [flags] | redrive [flags] | redrive-events [flags]")
+	fmt.Fprintln(os.Stderr, "usage: starter bridge | publish [flags] | redrive [flags] | redrive-events [flags] | replay [flags] | setup [flags]")
 }
 
 func runBridge(ctx context.Context) error {

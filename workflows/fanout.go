@@ -75,8 +75,10 @@ type Progress struct {
 	// in Failed); LastBatchError is the latest such error.
 	BatchErrors    int
 	LastBatchError string
-	// Canceled counts recipients of batches stopped by a cancel; with a
-	// cancel, recipients past Cursor were never paged.
+	// Canceled counts recipients of batches stopped by a cancel: not
+	// confirmed delivered (part of each may have been delivered before the
+	// stop; the gate knows which, and a reset re-drives only the rest).
+	// After a cancel mid-page, Cursor is still that page's cursor.
 	Canceled int64 `json:",omitempty"`
 	Paused   bool  `json:",omitempty"`
 	// Rate is the delivery rate cap in recipients per second (0: none).

@@ -175,22 +175,6 @@ type TemporalOptions struct {
 	Headless bool
 }
 
-// SearchAttributes are registered on the dev server at start.
-var SearchAttributes = map[string]string{
-	fanout.SearchAttrEventType: "Keyword",
-	fanout.SearchAttrPriority:  "Keyword",
-	fanout.SearchAttrStatus:    "Keyword",
-	fanout.SearchAttrFound:     "Int",
-	fanout.SearchAttrDelivered: "Int",
-	fanout.SearchAttrFailed:    "Int",
-}
-
-// SearchAttributeNames lists SearchAttributes in a fixed order.
-var SearchAttributeNames = []string{
-	fanout.SearchAttrEventType, fanout.SearchAttrPriority, fanout.SearchAttrStatus,
-	fanout.SearchAttrFound, fanout.SearchAttrDelivered, fanout.SearchAttrFailed,
-}
-
 // StartTemporal starts `temporal server start-dev` and waits until it serves.
 func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error) {
 	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--log-level", "warn"}
@@ -210,8 +194,8 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error
 	args = append(args,
 		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
-	for _, k := range SearchAttributeNames {
-		args = append(args, "--search-attribute", k+"="+SearchAttributes[k])
+	for _, sa := range fanout.SearchAttributes {
+		args = append(args, "--search-attribute", sa.Name+"="+sa.Type)
 	}
 	p, err := Start("temporal", o.LogPath, o.Bin, args, nil)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/fanout/fanout/internal/devstack"
+	"github.com/fanout/fanout"
 )
 
 // Attribute is a search attribute and its type.
@@ -23,16 +23,15 @@ type Attribute struct {
 	Type enumspb.IndexedValueType
 }
 
-// Fanout returns fanout's search attributes (devstack.SearchAttributes) in
-// a fixed order.
+// Fanout returns fanout's search attributes (fanout.SearchAttributes).
 func Fanout() []Attribute {
-	out := make([]Attribute, 0, len(devstack.SearchAttributeNames))
-	for _, n := range devstack.SearchAttributeNames {
-		t, err := enumspb.IndexedValueTypeFromString(devstack.SearchAttributes[n])
+	out := make([]Attribute, 0, len(fanout.SearchAttributes))
+	for _, sa := range fanout.SearchAttributes {
+		t, err := enumspb.IndexedValueTypeFromString(sa.Type)
 		if err != nil {
-			panic(fmt.Sprintf("search attribute %s: %v", n, err))
+			panic(fmt.Sprintf("search attribute %s: %v", sa.Name, err))
 		}
-		out = append(out, Attribute{Name: n, Type: t})
+		out = append(out, Attribute{Name: sa.Name, Type: t})
 	}
 	return out
 }
