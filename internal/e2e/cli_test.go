@@ -428,7 +428,7 @@ func TestCLIResetRedeliversNothingTwice(t *testing.T) {
 	id := "cli-reset-" + runID
 	wid := fanout.WorkflowID(webhook.EventType, id)
 	sink := newOwnSink(t, 20*time.Millisecond)
-	startEvents(t, sink, n, 400, id)
+	startEvents(t, sink, n, 200, id)
 	eventually(t, time.Minute, "too few deliveries before the reset", func() bool { return cliProgress(t, wid).Delivered >= 1000 })
 
 	// Pause and let the open batches finish, so nothing is in flight.

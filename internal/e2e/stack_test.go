@@ -139,7 +139,7 @@ func run(m *testing.M) (int, error) {
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
 		RecipientsURL: srv.URL + "/recipients",
 		Client:        webhook.NewClient(10*time.Second, 256),
-	}, fanout.TypeOptions{BatchSize: 200, Window: 20})
+	}, fanout.TypeOptions{BatchSize: 200, Window: 4}) // a small window, so pause and rate caps bite quickly in the CLI tests
 	dlw := dlq.NewWriter([]string{kaddr}, fanout.DefaultDeliveriesDLQTopic)
 	defer dlw.Close()
 	wctx, wcancel := context.WithCancel(ctx)
