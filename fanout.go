@@ -64,9 +64,9 @@ type Message struct {
 // GenerateMessage builds the broadcast message once per event.
 //
 // Deliver delivers the message to one recipient. A nil error means delivered.
-// The event it receives carries the id, type, priority and headers but not
-// the payload (batches do not copy it; put what delivery needs in the
-// message).
+// The event it receives carries the id, type, priority and headers, and may
+// lack the payload (batches do not always copy it): put what delivery needs
+// in the message.
 // Return Permanent(err) for a failure that retrying cannot fix, and
 // RetryAfter(d, err) when the destination asked to be retried later; any
 // other error is retried with backoff and jitter.

@@ -26,9 +26,12 @@ import (
 // Activities holds the dependencies of the activities.
 type Activities struct {
 	Registry *fanout.Registry
-	// Gate is the per-recipient attempt-id gate; nil turns deduplication off
-	// (for benchmarks only).
+	// Gate is the per-recipient attempt-id gate (and the staging area of
+	// big events' batches); nil runs without Redis.
 	Gate *gate.Gate
+	// DisableDedup skips the gate's attempt-id checks and marks while still
+	// staging batches in Redis: only for measuring what the gate costs.
+	DisableDedup bool
 	// DeadLetters receives recipients given up after MaxAttempts or a
 	// permanent failure; nil only reports them in the batch result.
 	DeadLetters DeadLetterPublisher
@@ -189,6 +192,8 @@ func nonRetryableIfPermanent(err error) error {
 	return err
 }
 
+func (a *Activities) dedup() bool { return a.Gate != nil && !a.DisableDedup }
+
 // DeadLetterPublisher publishes dead letters (the deliveries DLQ topic).
 type DeadLetterPublisher interface {
 	Publish(ctx context.Context, dls []fanout.DeadLetter) error
@@ -274,7 +279,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	}
 
 	todo := in.Recipients
-	if a.Gate != nil {
+	if a.dedup() {
 		ids := make([]string, len(in.Recipients))
 		for i, r := range in.Recipients {
 			ids[i] = r.ID
@@ -319,7 +324,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	// Count the failures per recipient (in Redis, so retries and crashes
 	// do not reset them), and split into given-up and to-retry.
 	counts := make([]int, len(failed))
-	if a.Gate != nil {
+	if a.dedup() {
 		ids := make([]string, len(failed))
 		for i, o := range failed {
 			ids[i] = o.r.ID
@@ -419,7 +424,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 					break more
 				}
 			}
-			if ferr == nil && a.Gate != nil {
+			if ferr == nil && a.dedup() {
 				// Delivered but not marked if this fails: the retry delivers
 				// them again (their keys still hold our attempt id).
 				if ferr = a.Gate.MarkDelivered(ctx, in.Event.ID, in.AttemptID, buf...); ferr != nil {
@@ -485,7 +490,7 @@ func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []
 			return err
 		}
 	}
-	if a.Gate != nil {
+	if a.dedup() {
 		ids := make([]string, len(fs))
 		for i, f := range fs {
 			ids[i] = f.Recipient.ID

@@ -34,10 +34,13 @@ var AllQueues = []string{QueueEvents, string(fanout.PriorityHigh), string(fanout
 type Options struct {
 	Client   client.Client
 	Registry *fanout.Registry
-	// Redis backs the per-recipient attempt-id gate. Nil turns the gate off
-	// (only for measuring its cost; duplicates are then not suppressed).
-	Redis   redis.UniversalClient
-	GateTTL time.Duration
+	// Redis backs the per-recipient attempt-id gate and the staging of big
+	// events' batches.
+	Redis redis.UniversalClient
+	// DisableDedup turns the gate off (only for measuring its cost;
+	// duplicates are then not suppressed).
+	DisableDedup bool
+	GateTTL      time.Duration
 	// DeadLetters receives recipients given up after MaxAttempts (the
 	// deliveries DLQ topic); nil only reports them in batch results.
 	DeadLetters activities.DeadLetterPublisher
@@ -86,7 +89,9 @@ func Run(ctx context.Context, o Options) error {
 	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff, DeliverConcurrency: o.DeliverConcurrency}
 	if o.Redis != nil {
 		acts.Gate = gate.New(o.Redis, o.GateTTL)
-	} else {
+	}
+	if o.Redis == nil || o.DisableDedup {
+		acts.DisableDedup = true
 		log.Warn("dedup gate is OFF: duplicates are not suppressed")
 	}
 	slots := o.BatchSlots

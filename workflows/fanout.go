@@ -332,7 +332,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	})
 	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
-		Event:       batchEvent(r.in.Event),
+		Event:       batchEvent(r.in.Event, ref),
 		Priority:    st.Priority,
 		BatchNo:     n,
 		AttemptID:   fanout.AttemptID(r.in.Event.ID, n),
@@ -488,7 +488,7 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		var res activities.DeliverBatchResult
 		err := workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, fanout.DeliveryTaskQueue(st.Priority)),
 			a.DeliverBatch, activities.DeliverBatchInput{
-				Event: batchEvent(ev), Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
+				Event: batchEvent(ev, nil), Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
 				Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
 			}).Get(ctx, &res)
 		r.prog.PendingBatches, r.prog.BatchesCompleted, r.pending = 0, 1, 0
@@ -500,12 +500,15 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 	return r.finish(nil)
 }
 
-// batchEvent is the event as delivery batches see it: without its payload,
-// which was consumed by get_recipients and generate_broadcast_message, so a
-// large payload is not copied into every batch's input (and the parent's
-// history).
-func batchEvent(ev fanout.Event) fanout.Event {
-	ev.Payload = nil
+// batchEvent is the event as a delivery batch sees it. A batch that carries
+// its recipients gets it without the payload (consumed by get_recipients
+// and generate_broadcast_message), so a large payload is not copied into
+// every batch's input and the parent's history; a staged batch keeps it, to
+// fetch its page again should the staged copy be lost.
+func batchEvent(ev fanout.Event, ref *activities.BatchRef) fanout.Event {
+	if ref == nil {
+		ev.Payload = nil
+	}
 	return ev
 }
 

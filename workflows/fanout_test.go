@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -180,7 +181,14 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 					in.AttemptID != fanout.AttemptID(fx.Event.ID, in.Ref.N) {
 					rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: bad ref %+v", in.AttemptID, in.Ref))
 				}
+				// A staged batch keeps the payload: it may have to fetch its
+				// page again.
+				if string(in.Event.Payload) != string(fx.Event.Payload) {
+					rec.badInputs = append(rec.badInputs, in.AttemptID+": staged batch without the event payload")
+				}
 				in.Recipients = rec.staged[in.Ref.Key]
+			} else if len(in.Event.Payload) != 0 {
+				rec.badInputs = append(rec.badInputs, in.AttemptID+": batch with its recipients carries the payload")
 			}
 			if len(in.Recipients) == 0 || len(in.Recipients) > wantOpts.BatchSize {
 				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: %d recipients (batch size %d)", in.AttemptID, len(in.Recipients), wantOpts.BatchSize))
@@ -246,7 +254,9 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	return env
 }
 
-func testEvent(id string) fanout.Event { return fanout.Event{ID: id, Type: "news"} }
+func testEvent(id string) fanout.Event {
+	return fanout.Event{ID: id, Type: "news", Payload: json.RawMessage(`{"topic":"launch"}`)}
+}
 
 // expectedShape is the number of pages and batches the workflow should use
 // for an audience of n.

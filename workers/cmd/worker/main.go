@@ -68,27 +68,24 @@ func run() error {
 	dlw := dlq.NewWriter(cfg.Brokers, cfg.DeliveriesDLQ)
 	defer dlw.Close()
 
-	var rdb redis.UniversalClient
-	if cfg.Dedup {
-		opt, err := redis.ParseURL(cfg.URL)
-		if err != nil {
-			return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
-		}
-		c := redis.NewClient(opt)
-		defer c.Close()
-		if err := c.Ping(ctx).Err(); err != nil {
-			log.Warn("redis not reachable yet; deliveries wait for it", "url", cfg.URL, "err", err)
-		}
-		rdb = c
+	opt, err := redis.ParseURL(cfg.URL)
+	if err != nil {
+		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
 	}
 	return workers.Run(ctx, workers.Options{
-		Client:      tc,
-		Registry:    reg,
-		Redis:       rdb,
-		GateTTL:     cfg.GateTTL,
-		Queues:      cfg.Queues,
-		BatchSlots:  cfg.BatchSlots,
-		DeadLetters: dlw,
+		Client:       tc,
+		Registry:     reg,
+		Redis:        rdb,
+		DisableDedup: !cfg.Dedup,
+		GateTTL:      cfg.GateTTL,
+		Queues:       cfg.Queues,
+		BatchSlots:   cfg.BatchSlots,
+		DeadLetters:  dlw,
 		// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
 		DeliverConcurrency: cfg.DeliverConcurrency,
 		Backoff:            backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
