@@ -74,11 +74,13 @@ func main() {
 	jsonOut := flag.String("json", "", "write the rows as JSON to this file")
 	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+"; opt-in: "+strings.Join(optInScenarios, ",")+")")
 	keep := flag.String("dir", "", "keep logs and state in this directory")
+	lightRate := flag.Float64("light-rate", 100, "events/s published in the light and isolation scenarios")
 	flag.Parse()
 	sz := fullSizes()
 	if *quick {
 		sz = sz.scaled(0.1)
 	}
+	sz.lightRate = *lightRate
 	want := allScenarios
 	if *only != "" {
 		want = strings.Split(*only, ",")
