@@ -428,6 +428,8 @@ func (r *fanoutRun) setDetails() {
 	p := r.prog
 	state := "running"
 	switch {
+	case p.PagingDone && p.PendingBatches == 0:
+		state = "done"
 	case p.Paused:
 		state = "**paused**"
 	case p.PagingDone:

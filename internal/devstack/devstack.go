@@ -24,6 +24,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/searchattrs"
 )
 
 // TemporalCLIVersion is the pinned temporal CLI (internal/tools/temporalcli/go.mod).
@@ -206,6 +207,12 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error
 		p.Kill()
 		return nil, "", err
 	}
+	// --search-attribute registers only when the database is created; a
+	// dev database from an older fanout lacks the newer attributes.
+	if err := ensureSearchAttributes(ctx, addr); err != nil {
+		p.Kill()
+		return nil, "", err
+	}
 	return p, addr, nil
 }
 
@@ -231,6 +238,18 @@ func WaitTemporal(ctx context.Context, addr string, p *Proc) error {
 		}
 	}
 	return fmt.Errorf("temporal dev server at %s not ready after 90s", addr)
+}
+
+func ensureSearchAttributes(ctx context.Context, addr string) error {
+	c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := searchattrs.Ensure(ctx, c.OperatorService(), "default", searchattrs.Fanout()); err != nil {
+		return fmt.Errorf("register search attributes: %w", err)
+	}
+	return nil
 }
 
 // EnsureRedisServer returns the redis-server path, installing the Debian
