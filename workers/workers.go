@@ -49,8 +49,12 @@ type Options struct {
 	// Queues to serve: "events" and/or priorities ("high", "normal", "low").
 	Queues []string
 	// BatchSlots is how many delivery batches one delivery worker runs at
-	// once (each delivers with its type's DeliverConcurrency).
+	// once per priority (each delivers with its type's DeliverConcurrency).
 	BatchSlots int
+	// LowPrioritySlots is the same for the low-priority queue; 0 means a
+	// quarter of BatchSlots, so a process that serves every priority lets
+	// a huge low-priority event use only part of its CPU.
+	LowPrioritySlots int
 	// DeliverConcurrency, when set, is the number of concurrent deliveries
 	// per batch on this worker, whatever the event type says.
 	DeliverConcurrency int
@@ -124,8 +128,15 @@ func Run(ctx context.Context, o Options) error {
 			})
 			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: fanout.FanoutWorkflowName})
 		} else {
+			n := slots
+			if q == string(fanout.PriorityLow) {
+				n = o.LowPrioritySlots
+				if n <= 0 {
+					n = max(1, slots/4)
+				}
+			}
 			w = worker.New(o.Client, tq, worker.Options{
-				MaxConcurrentActivityExecutionSize: slots,
+				MaxConcurrentActivityExecutionSize: n,
 				MaxConcurrentActivityTaskPollers:   4,
 				MaxConcurrentWorkflowTaskPollers:   4,
 				WorkerStopTimeout:                  10 * time.Second,

@@ -74,8 +74,10 @@ type Worker struct {
 	RecipientsURL string        `env:"FANOUT_RECIPIENTS_URL"`
 	HTTPTimeout   time.Duration `env:"FANOUT_HTTP_TIMEOUT" envDefault:"10s"`
 	BatchSlots    int           `env:"FANOUT_BATCH_SLOTS" envDefault:"8"`
-	Dedup         bool          `env:"FANOUT_DEDUP" envDefault:"true"`
-	LogLevel      string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+	// LowPrioritySlots: batch slots of the low-priority queue (0: a quarter of FANOUT_BATCH_SLOTS).
+	LowPrioritySlots int    `env:"FANOUT_BATCH_SLOTS_LOW"`
+	Dedup            bool   `env:"FANOUT_DEDUP" envDefault:"true"`
+	LogLevel         string `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
 	// PprofAddr serves net/http/pprof (e.g. 127.0.0.1:6060) when set.
 	PprofAddr string `env:"FANOUT_PPROF_ADDR"`
 	// MetricsAddr serves Prometheus metrics at http://<addr>/metrics when
@@ -207,6 +209,9 @@ func (w *Worker) Validate() error {
 		if q != "events" && q != "high" && q != "normal" && q != "low" {
 			return fmt.Errorf("FANOUT_QUEUES: unknown queue %q (want events, high, normal, low)", q)
 		}
+	}
+	if w.LowPrioritySlots < 0 {
+		return fmt.Errorf("FANOUT_BATCH_SLOTS_LOW: %d is negative", w.LowPrioritySlots)
 	}
 	if w.BatchSlots < 1 {
 		return fmt.Errorf("FANOUT_BATCH_SLOTS: %d is under 1", w.BatchSlots)

@@ -78,14 +78,15 @@ func run() error {
 		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
 	}
 	return workers.Run(ctx, workers.Options{
-		Client:       tc,
-		Registry:     reg,
-		Redis:        rdb,
-		DisableDedup: !cfg.Dedup,
-		GateTTL:      cfg.GateTTL,
-		Queues:       cfg.Queues,
-		BatchSlots:   cfg.BatchSlots,
-		DeadLetters:  dlw,
+		Client:           tc,
+		Registry:         reg,
+		Redis:            rdb,
+		DisableDedup:     !cfg.Dedup,
+		GateTTL:          cfg.GateTTL,
+		Queues:           cfg.Queues,
+		BatchSlots:       cfg.BatchSlots,
+		LowPrioritySlots: cfg.LowPrioritySlots,
+		DeadLetters:      dlw,
 		// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
 		DeliverConcurrency: cfg.DeliverConcurrency,
 		Backoff:            backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
