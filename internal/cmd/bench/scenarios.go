@@ -198,7 +198,12 @@ func (b *bench) lightRun(ctx context.Context, label string, rate float64, prio f
 		}
 	} else {
 		interval := time.Duration(float64(time.Second) / rate)
+		lastPrint := time.Now()
 		for i, e := range evs {
+			if time.Since(lastPrint) >= 2*time.Second {
+				lastPrint = time.Now()
+				fmt.Fprintf(b.out, "[bench %s] published %d/%d events\n", label, i, n)
+			}
 			if d := time.Until(t0.Add(time.Duration(i) * interval)); d > 0 {
 				time.Sleep(d)
 			}
