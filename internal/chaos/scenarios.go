@@ -312,59 +312,29 @@ func ReplayTopic(ctx context.Context, o Options, size int) (Report, error) {
 // RestartRedis (scenario 4) stops redis-server (SIGTERM) at 30% delivered,
 // keeps it down 3 s and starts it again on its append-only file.
 func RestartRedis(ctx context.Context, o Options, size int) (Report, error) {
-	return scenario(ctx, o, 4, nil, func(ctx context.Context, u *run) error {
-		u.slowSink(SinkLatency)
-		if err := u.startProcs(); err != nil {
-			return err
-		}
-		ev := harness.Event{ID: "chaos-redis", Audience: size}
-		if err := u.publish(ctx, ev); err != nil {
-			return err
-		}
-		landed, err := u.waitFault(ctx, size*3/10)
-		if err != nil {
-			return err
-		}
-		if !landed {
-			u.note("no restart: the fan-out finished first")
-			_, err := u.waitAll(ctx, ev.ID)
-			return err
-		}
-		h1, err := u.held(ctx, ev.ID)
-		if err != nil {
-			return err
-		}
-		uniq, _ := u.tally()
-		u.logf("stopping redis-server for 3s at %d/%d delivered (%d keys held without a delivered mark)", uniq, size, h1)
-		if err := u.s.RestartRedis(ctx, 3*time.Second); err != nil {
-			return fmt.Errorf("restart redis: %w", err)
-		}
-		h2, err := u.held(ctx, ev.ID)
-		if err != nil {
-			return err
-		}
-		u.logf("redis-server back; %d keys held without a delivered mark", h2)
-		u.r.InFlightAtKills = max(h1, h2)
-		u.note("redis down 3s at %d delivered; held keys %d before, %d after", uniq, h1, h2)
-		res, err := u.waitAll(ctx, ev.ID)
-		if err != nil {
-			return err
-		}
-		t := sumResults(res)
-		u.r.DeadLettered = int(t.DeadLettered)
-		return nil
+	return restartMidway(ctx, o, 4, size, "redis", "stopping redis-server for 3s", func(ctx context.Context, u *run) error {
+		return u.s.RestartRedis(ctx, 3*time.Second)
 	})
 }
 
 // RestartTemporal (scenario 5) SIGKILLs the Temporal dev server at 30%
 // delivered and starts it again 2 s later on the same database file.
 func RestartTemporal(ctx context.Context, o Options, size int) (Report, error) {
-	return scenario(ctx, o, 5, nil, func(ctx context.Context, u *run) error {
+	return restartMidway(ctx, o, 5, size, "temporal", "SIGKILLing the Temporal dev server", func(ctx context.Context, u *run) error {
+		return u.s.RestartTemporal(ctx, 2*time.Second)
+	})
+}
+
+// restartMidway restarts a component (restart) once 30% of one event's
+// audience is delivered, and reports the gate keys held without a delivered
+// mark before and after as the deliveries in flight.
+func restartMidway(ctx context.Context, o Options, num, size int, what, doing string, restart func(context.Context, *run) error) (Report, error) {
+	return scenario(ctx, o, num, nil, func(ctx context.Context, u *run) error {
 		u.slowSink(SinkLatency)
 		if err := u.startProcs(); err != nil {
 			return err
 		}
-		ev := harness.Event{ID: "chaos-temporal", Audience: size}
+		ev := harness.Event{ID: "chaos-" + what, Audience: size}
 		if err := u.publish(ctx, ev); err != nil {
 			return err
 		}
@@ -382,18 +352,19 @@ func RestartTemporal(ctx context.Context, o Options, size int) (Report, error) {
 		if err != nil {
 			return err
 		}
-		u.logf("SIGKILLing the Temporal dev server at %d/%d delivered (%d keys held without a delivered mark)", uniq, size, h1)
+		u.logf("%s at %d/%d delivered (%d keys held without a delivered mark)", doing, uniq, size, h1)
 		t0 := time.Now()
-		if err := u.s.RestartTemporal(ctx, 2*time.Second); err != nil {
-			return fmt.Errorf("restart temporal: %w", err)
+		if err := restart(ctx, u); err != nil {
+			return fmt.Errorf("restart %s: %w", what, err)
 		}
 		h2, err := u.held(ctx, ev.ID)
 		if err != nil {
 			return err
 		}
-		u.logf("Temporal back after %.1fs; %d keys held without a delivered mark", time.Since(t0).Seconds(), h2)
+		down := time.Since(t0).Seconds()
+		u.logf("%s back after %.1fs; %d keys held without a delivered mark", what, down, h2)
 		u.r.InFlightAtKills = max(h1, h2)
-		u.note("temporal down %.1fs at %d delivered; held keys %d before, %d after", time.Since(t0).Seconds(), uniq, h1, h2)
+		u.note("%s down %.1fs at %d delivered; held keys %d before, %d after", what, down, uniq, h1, h2)
 		res, err := u.waitAll(ctx, ev.ID)
 		if err != nil {
 			return err
