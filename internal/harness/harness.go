@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -413,4 +414,15 @@ func (s *Stack) Stop(name string) {
 	if p := s.Proc(name); p != nil {
 		p.Stop(10 * time.Second)
 	}
+}
+
+// Renice sets the scheduling niceness of a worker or bridge process (and
+// lets a bench emulate giving bulk delivery lower CPU priority than the
+// Temporal server and the events worker, as separate nodes would).
+func (s *Stack) Renice(name string, nice int) error {
+	p := s.Proc(name)
+	if p == nil {
+		return fmt.Errorf("no process %q", name)
+	}
+	return syscall.Setpriority(syscall.PRIO_PROCESS, p.Pid(), nice)
 }

@@ -75,6 +75,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+"; opt-in: "+strings.Join(optInScenarios, ",")+")")
 	keep := flag.String("dir", "", "keep logs and state in this directory")
 	lightRate := flag.Float64("light-rate", 100, "events/s published in the light and isolation scenarios")
+	niceDelivery := flag.Int("nice-delivery", 0, "run the delivery worker at this niceness (CPU priority below the Temporal server and events worker)")
 	flag.Parse()
 	sz := fullSizes()
 	if *quick {
@@ -93,7 +94,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rows, err := run(ctx, sz, want, *keep, os.Stdout)
+	rows, err := run(ctx, sz, want, *keep, *niceDelivery, os.Stdout)
 	printTable(os.Stdout, rows)
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rows, "", "  ")
@@ -107,7 +108,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, sz sizes, want []string, dir string, out io.Writer) ([]Row, error) {
+func run(ctx context.Context, sz sizes, want []string, dir string, nice int, out io.Writer) ([]Row, error) {
 	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, workers, bridge)...")
 	st, err := harness.Start(ctx, harness.Options{Dir: dir, Log: out})
 	if err != nil {
@@ -117,6 +118,12 @@ func run(ctx context.Context, sz sizes, want []string, dir string, out io.Writer
 	b := &bench{st: st, sz: sz, out: out, stamp: time.Now().UTC().Format("150405")}
 	if err := b.startWorkers(); err != nil {
 		return nil, err
+	}
+	if nice != 0 {
+		if err := st.Renice("delivery", nice); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "[bench] delivery worker at niceness %d\n", nice)
 	}
 	var rows []Row
 	scenarios := map[string]func(context.Context) (Row, error){
