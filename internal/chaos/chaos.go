@@ -373,6 +373,18 @@ type harnessResult struct {
 	Found, Delivered, Duplicates, Failed, DeadLettered int64
 }
 
+// waitTotals waits for the events like waitAll, sums their results and
+// records the dead letters in the report.
+func (u *run) waitTotals(ctx context.Context, ids ...string) (harnessResult, error) {
+	res, err := u.waitAll(ctx, ids...)
+	if err != nil {
+		return harnessResult{}, err
+	}
+	t := sumResults(res)
+	u.r.DeadLettered = int(t.DeadLettered)
+	return t, nil
+}
+
 func sumResults(m map[string]harnessResult) harnessResult {
 	var t harnessResult
 	for _, r := range m {

@@ -85,12 +85,10 @@ func KillDeliveryWorker(ctx context.Context, o Options, size int) (Report, error
 				return err
 			}
 		}
-		res, err := u.waitAll(ctx, ev.ID)
+		t, err := u.waitTotals(ctx, ev.ID)
 		if err != nil {
 			return err
 		}
-		t := sumResults(res)
-		u.r.DeadLettered = int(t.DeadLettered)
 		u.note("kills at delivered = %s", strings.Join(at, ", "))
 		u.note("workflow: delivered %d, gate duplicates %d, failed %d", t.Delivered, t.Duplicates, t.Failed)
 		return nil
@@ -365,12 +363,10 @@ func restartMidway(ctx context.Context, o Options, num, size int, what, doing st
 		u.logf("%s back after %.1fs; %d keys held without a delivered mark", what, down, h2)
 		u.r.InFlightAtKills = max(h1, h2)
 		u.note("%s down %.1fs at %d delivered; held keys %d before, %d after", what, down, uniq, h1, h2)
-		res, err := u.waitAll(ctx, ev.ID)
+		t, err := u.waitTotals(ctx, ev.ID)
 		if err != nil {
 			return err
 		}
-		t := sumResults(res)
-		u.r.DeadLettered = int(t.DeadLettered)
 		u.note("workflow: delivered %d, gate duplicates %d, failed %d", t.Delivered, t.Duplicates, t.Failed)
 		return nil
 	})
@@ -397,12 +393,9 @@ func SinkErrors(ctx context.Context, o Options, size int) (Report, error) {
 		if err := u.publish(ctx, ev); err != nil {
 			return err
 		}
-		res, err := u.waitAll(ctx, ev.ID)
-		if err != nil {
+		if _, err := u.waitTotals(ctx, ev.ID); err != nil {
 			return err
 		}
-		t := sumResults(res)
-		u.r.DeadLettered = int(t.DeadLettered)
 		u.note("%d calls answered 500 in the first %v", u.s.Sink.Rejected(), window)
 		return nil
 	})
@@ -511,12 +504,9 @@ func RateLimited(ctx context.Context, o Options, size int) (Report, error) {
 		if err := u.publish(ctx, ev); err != nil {
 			return err
 		}
-		res, err := u.waitAll(ctx, ev.ID)
-		if err != nil {
+		if _, err := u.waitTotals(ctx, ev.ID); err != nil {
 			return err
 		}
-		t := sumResults(res)
-		u.r.DeadLettered = int(t.DeadLettered)
 		mu.Lock()
 		g := slices.Clone(gaps)
 		mu.Unlock()
@@ -594,12 +584,10 @@ func DuplicateRecipients(ctx context.Context, o Options, size int) (Report, erro
 		if err := u.publish(ctx, ev); err != nil {
 			return err
 		}
-		res, err := u.waitAll(ctx, ev.ID)
+		t, err := u.waitTotals(ctx, ev.ID)
 		if err != nil {
 			return err
 		}
-		t := sumResults(res)
-		u.r.DeadLettered = int(t.DeadLettered)
 		u.note("source: %d entries, %d repeated; workflow: found %d, gate duplicates %d", entries, repeats, t.Found, t.Duplicates)
 		if t.Duplicates != int64(repeats) || t.Found != int64(entries) {
 			return fmt.Errorf("workflow counted %d duplicates of %d found, want %d of %d", t.Duplicates, t.Found, repeats, entries)

@@ -357,16 +357,7 @@ func TestCLICancel(t *testing.T) {
 	}
 	// The open batches' activities stop too: deliveries cease, and nothing
 	// past the cursor was delivered.
-	last := -1
-	eventually(t, 30*time.Second, "deliveries went on after the cancel", func() bool {
-		cur := sink.Event(id).Deliveries
-		stable := cur == last
-		last = cur
-		if !stable {
-			time.Sleep(1500 * time.Millisecond)
-		}
-		return stable
-	})
+	waitDeliveriesStop(t, sink, id, "deliveries went on after the cancel")
 	got := sink.Event(id)
 	t.Logf("sink: %d deliveries, the last %v after the workflow closed", got.Deliveries, got.Last.Sub(closedAt).Round(time.Millisecond))
 	if int64(got.Unique) > inBatches || got.Duplicated != 0 {
@@ -408,16 +399,7 @@ func TestCLITerminate(t *testing.T) {
 		t.Errorf("no batch was terminated with the event")
 	}
 	// The batches' activities stop delivering.
-	last := -1
-	eventually(t, 30*time.Second, "deliveries went on after terminate", func() bool {
-		cur := sink.Event(id).Deliveries
-		stable := cur == last
-		last = cur
-		if !stable {
-			time.Sleep(1500 * time.Millisecond)
-		}
-		return stable
-	})
+	waitDeliveriesStop(t, sink, id, "deliveries went on after terminate")
 }
 
 // `temporal workflow reset --type FirstWorkflowTask` re-runs the event from
@@ -789,4 +771,20 @@ func TestSetupSearchAttributes(t *testing.T) {
 	if _, ok := have.GetCustomAttributes()[fanout.SearchAttrEventType]; ok {
 		t.Errorf("setup added attributes to a namespace with a clash")
 	}
+}
+
+// waitDeliveriesStop waits until the sink's deliveries of an event stop
+// changing (two reads 1.5 s apart agree).
+func waitDeliveriesStop(t *testing.T, sink *ownSink, id, msg string) {
+	t.Helper()
+	last := -1
+	eventually(t, 30*time.Second, msg, func() bool {
+		cur := sink.Event(id).Deliveries
+		stable := cur == last
+		last = cur
+		if !stable {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		return stable
+	})
 }

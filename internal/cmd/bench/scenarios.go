@@ -362,13 +362,19 @@ func (b *bench) dedup(ctx context.Context) (Row, error) {
 	return r, nil
 }
 
+// pids are the stack's processes and this one (which hosts the sink and
+// the kfake broker).
+func (b *bench) pids() map[string]int {
+	pids := b.st.Pids()
+	pids["bench+sink+kafka"] = os.Getpid()
+	return pids
+}
+
 // peakRSS reads VmHWM of every process of the stack and of this one (which
 // hosts the sink and the kfake broker).
 func (b *bench) peakRSS() map[string]float64 {
 	out := map[string]float64{}
-	pids := b.st.Pids()
-	pids["bench+sink+kafka"] = os.Getpid()
-	for name, pid := range pids {
+	for name, pid := range b.pids() {
 		if mb, ok := vmHWM(pid); ok {
 			out[name] = mb
 		}
@@ -396,9 +402,7 @@ func vmHWM(pid int) (float64, bool) {
 // cpuTimes reads user+system CPU seconds of every process of the stack.
 func (b *bench) cpuTimes() map[string]float64 {
 	out := map[string]float64{}
-	pids := b.st.Pids()
-	pids["bench+sink+kafka"] = os.Getpid()
-	for name, pid := range pids {
+	for name, pid := range b.pids() {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			continue

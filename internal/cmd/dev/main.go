@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -33,6 +32,7 @@ import (
 	"github.com/fanout/fanout/internal/bridge"
 	"github.com/fanout/fanout/internal/demo"
 	"github.com/fanout/fanout/internal/devstack"
+	"github.com/fanout/fanout/internal/harness"
 	"github.com/fanout/fanout/internal/webhook"
 )
 
@@ -86,10 +86,8 @@ func run(f flags) error {
 		return err
 	}
 	say("building the worker and starter binaries into .bin/")
-	build := exec.CommandContext(ctx, "go", "build", "-o", devstack.BinDir(root)+"/", "./workers/cmd/worker", "./starter")
-	build.Dir, build.Stdout, build.Stderr = root, os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build: %w", err)
+	if err := harness.Build(ctx, root); err != nil {
+		return err
 	}
 
 	var procs []*devstack.Proc
