@@ -139,6 +139,17 @@ type TypeOptions struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// DeliverTimeout bounds one batch activity attempt.
 	DeliverTimeout time.Duration `json:"deliver_timeout,omitempty"`
+	// LocalDeliveryMax is the largest audience delivered on the fast path:
+	// a local activity in the events worker, in the event's first workflow
+	// task, tried once (a failure falls back to a DeliverBatch activity on
+	// the priority's delivery queue). Such an event costs Temporal one
+	// workflow task and no activity task. 0: DefaultLocalDeliveryMax;
+	// negative: off (every batch runs on the delivery queues).
+	//
+	// Prepare resolves the default, not WithDefaults: the workflow decides
+	// from Prepare's recorded result, so histories from before this option
+	// replay down the path they took.
+	LocalDeliveryMax int `json:"local_delivery_max,omitempty"`
 }
 
 // Defaults for TypeOptions.
@@ -148,6 +159,7 @@ const (
 	DefaultDeliverConcurrency = 64
 	DefaultMaxAttempts        = 5
 	DefaultDeliverTimeout     = 5 * time.Minute
+	DefaultLocalDeliveryMax   = 100
 )
 
 // WithDefaults returns o with every zero field set to its default.
@@ -191,6 +203,8 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("DeliverConcurrency: %d is negative", o.DeliverConcurrency)
 	case o.MaxAttempts < 0:
 		return fmt.Errorf("MaxAttempts: %d is negative", o.MaxAttempts)
+	case o.LocalDeliveryMax > MaxBatchSize:
+		return fmt.Errorf("LocalDeliveryMax: %d is over %d", o.LocalDeliveryMax, MaxBatchSize)
 	}
 	// One page's batches land in one run's history before continue-as-new
 	// is considered; keep that bounded.

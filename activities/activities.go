@@ -80,6 +80,11 @@ func (a *Activities) Prepare(ctx context.Context, in PrepareInput) (PrepareResul
 	if err != nil {
 		return PrepareResult{}, nonRetryableIfPermanent(err)
 	}
+	if opts.LocalDeliveryMax == 0 {
+		// Resolved here so that the workflow's choice comes from this
+		// recorded result (see TypeOptions.LocalDeliveryMax).
+		opts.LocalDeliveryMax = fanout.DefaultLocalDeliveryMax
+	}
 	return PrepareResult{Message: msg, Options: opts}, nil
 }
 

@@ -263,3 +263,27 @@ func TestFailuresRetryWithJitterThenDeadLetter(t *testing.T) {
 		t.Fatalf("redrive: %+v %v", res, err)
 	}
 }
+
+// TestPrepareResolvesLocalDeliveryMax: Prepare records the fast-path limit
+// the workflow decides by (the type's, or the default when unset).
+func TestPrepareResolvesLocalDeliveryMax(t *testing.T) {
+	for _, tc := range []struct{ set, want int }{{0, fanout.DefaultLocalDeliveryMax}, {7, 7}, {-1, -1}} {
+		reg := fanout.NewRegistry()
+		reg.MustRegister("t", &audience{}, fanout.TypeOptions{LocalDeliveryMax: tc.set})
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestActivityEnvironment()
+		acts := &activities.Activities{Registry: reg}
+		env.RegisterActivity(acts)
+		v, err := env.ExecuteActivity(acts.Prepare, activities.PrepareInput{Event: event("prep", 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res activities.PrepareResult
+		if err := v.Get(&res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Options.LocalDeliveryMax != tc.want {
+			t.Errorf("type's LocalDeliveryMax %d: Prepare reported %d, want %d", tc.set, res.Options.LocalDeliveryMax, tc.want)
+		}
+	}
+}

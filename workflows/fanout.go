@@ -464,7 +464,8 @@ func (r *fanoutRun) countUpdates() []temporal.SearchAttributeUpdate {
 // localThenRemote runs an activity as a local activity (no extra workflow
 // task) and falls back to a regular activity when that fails for a reason
 // other than a non-retryable error (a slow get_recipients, a worker
-// restart).
+// restart, a delivery to retry); a delay the activity asked for (backoff,
+// Retry-After) is waited out first.
 func localThenRemote(ctx, lctx, actx workflow.Context, act, in, out any) error {
 	err := workflow.ExecuteLocalActivity(lctx, act, in).Get(ctx, out)
 	if err == nil || ctx.Err() != nil {
@@ -475,10 +476,22 @@ func localThenRemote(ctx, lctx, actx workflow.Context, act, in, out any) error {
 		return err
 	}
 	workflow.GetLogger(ctx).Warn("local activity failed; retrying as an activity", "error", err)
+	if ae != nil && ae.NextRetryDelay() > 0 {
+		if err := workflow.Sleep(ctx, ae.NextRetryDelay()); err != nil {
+			return err
+		}
+	}
 	return workflow.ExecuteActivity(actx, act, in).Get(ctx, out)
 }
 
-// deliverInline delivers a single-batch event without a child workflow.
+// localDeliverTimeout bounds the fast path's one try; a slower batch is
+// handed to the delivery queue.
+const localDeliverTimeout = 10 * time.Second
+
+// deliverInline delivers a single-batch event without a child workflow:
+// on the fast path (a local activity here, see TypeOptions.LocalDeliveryMax)
+// when the audience is small enough, else as a DeliverBatch activity on the
+// priority's delivery queue.
 func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, error) {
 	ctx, st, ev := r.ctx, r.st, r.in.Event
 	r.prog.Pages++
@@ -488,11 +501,21 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
 		r.setDetails()
 		var res activities.DeliverBatchResult
-		err := workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, fanout.DeliveryTaskQueue(st.Priority)),
-			a.DeliverBatch, activities.DeliverBatchInput{
-				Event: batchEvent(ev, nil), Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
-				Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
-			}).Get(ctx, &res)
+		in := activities.DeliverBatchInput{
+			Event: batchEvent(ev, nil), Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
+			Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
+		}
+		dctx := deliverContext(ctx, st.Options.DeliverTimeout, fanout.DeliveryTaskQueue(st.Priority))
+		var err error
+		if len(recips) <= st.Options.LocalDeliveryMax {
+			lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+				StartToCloseTimeout: min(localDeliverTimeout, st.Options.DeliverTimeout),
+				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+			})
+			err = localThenRemote(ctx, lctx, dctx, a.DeliverBatch, in, &res)
+		} else {
+			err = workflow.ExecuteActivity(dctx, a.DeliverBatch, in).Get(ctx, &res)
+		}
 		r.prog.PendingBatches, r.prog.BatchesCompleted, r.pending = 0, 1, 0
 		r.account(res, err, int64(len(recips)))
 		if ctx.Err() != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -79,6 +80,7 @@ type recorder struct {
 	badInputs   []string // DeliverBatch inputs that broke an expectation
 	inflight    int      // DeliverBatch calls in progress
 	maxInflight int
+	delivers    []deliverCall
 
 	childIDs    []string
 	childQueues map[string]bool
@@ -86,6 +88,12 @@ type recorder struct {
 	maxOpenKids int
 
 	status, priority, eventType string // last upserted search attributes
+}
+
+// deliverCall is how one DeliverBatch call ran.
+type deliverCall struct {
+	local bool
+	queue string
 }
 
 func newRecorder() *recorder {
@@ -101,7 +109,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(Fanout)
 	env.RegisterWorkflow(DeliveryBatch)
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: fanout.WorkflowID(fx.Event.Type, fx.Event.ID)})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: fanout.WorkflowID(fx.Event.Type, fx.Event.ID), TaskQueue: fanout.EventsTaskQueue})
 	wantOpts := fx.Options.WithDefaults()
 	rec.mu.Lock()
 	rec.pages = 0
@@ -171,10 +179,12 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		rec.mu.Unlock()
 		return fx.DeliverDelay
 	}).Return(
-		func(_ context.Context, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
+		func(ctx context.Context, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			rec.inflight--
+			info := activity.GetInfo(ctx)
+			rec.delivers = append(rec.delivers, deliverCall{local: info.IsLocalActivity, queue: info.TaskQueue})
 			if in.Ref != nil {
 				// A staged batch: the workflow passed only the ref.
 				if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
@@ -674,6 +684,85 @@ func TestFanoutPriority(t *testing.T) {
 			}
 			if rec.priority != wantSA {
 				t.Errorf("priority search attribute %q, want %q", rec.priority, wantSA)
+			}
+		})
+	}
+}
+
+// TestFanoutLocalDelivery covers the fast path of small events: delivered
+// by a local activity in the first workflow task, and handed to the
+// priority's delivery queue when that one try fails.
+func TestFanoutLocalDelivery(t *testing.T) {
+	retryIn := 3 * time.Second
+	tests := []struct {
+		name       string
+		n          int
+		localMax   int
+		failFirst  error // the first DeliverBatch call's error
+		want       []deliverCall
+		minElapsed time.Duration
+		failed     int64
+	}{
+		{name: "fits", n: 20, localMax: 100,
+			want: []deliverCall{{local: true, queue: fanout.EventsTaskQueue}}},
+		{name: "exactly the limit", n: 100, localMax: 100,
+			want: []deliverCall{{local: true, queue: fanout.EventsTaskQueue}}},
+		{name: "over the limit", n: 101, localMax: 100,
+			want: []deliverCall{{queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+		{name: "off", n: 20, localMax: -1,
+			want: []deliverCall{{queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+		{name: "not resolved by Prepare (an older history)", n: 20, localMax: 0,
+			want: []deliverCall{{queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+		{name: "transient failure goes to the delivery queue after its delay", n: 20, localMax: 100,
+			failFirst: temporal.NewApplicationErrorWithOptions("sink 503", "Transient", temporal.ApplicationErrorOptions{NextRetryDelay: retryIn}),
+			want: []deliverCall{{local: true, queue: fanout.EventsTaskQueue}, {queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}},
+			minElapsed: retryIn},
+		{name: "crash-like failure goes to the delivery queue at once", n: 20, localMax: 100,
+			failFirst: errors.New("redis: connection refused"),
+			want:      []deliverCall{{local: true, queue: fanout.EventsTaskQueue}, {queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+		{name: "non-retryable failure is not tried again", n: 20, localMax: 100,
+			failFirst: temporal.NewNonRetryableApplicationError("unknown event type", "UnknownType", nil),
+			want:      []deliverCall{{local: true, queue: fanout.EventsTaskQueue}}, failed: 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := testEvent("ev-local")
+			ev.Priority = fanout.PriorityHigh
+			calls := 0
+			fx := fixture{Event: ev, Audience: tc.n, Options: fanout.TypeOptions{LocalDeliveryMax: tc.localMax},
+				DeliverErr: func(activities.DeliverBatchInput) error {
+					calls++
+					if calls == 1 {
+						return tc.failFirst
+					}
+					return nil
+				}}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			start := env.Now()
+			env.ExecuteWorkflow(Fanout, FanoutInput{Event: ev})
+			if !env.IsWorkflowCompleted() {
+				t.Fatal("workflow did not complete")
+			}
+			var res FanoutResult
+			if err := env.GetWorkflowResult(&res); err != nil && tc.failed == 0 {
+				t.Fatalf("workflow failed: %v", err)
+			}
+			if !slices.Equal(rec.delivers, tc.want) {
+				t.Errorf("DeliverBatch calls %+v, want %+v", rec.delivers, tc.want)
+			}
+			if len(rec.childIDs) != 0 {
+				t.Errorf("children %v, want none", rec.childIDs)
+			}
+			if el := env.Now().Sub(start); el < tc.minElapsed {
+				t.Errorf("fallback after %v, want at least %v (the activity's NextRetryDelay)", el, tc.minElapsed)
+			}
+			wantDelivered := int64(tc.n)
+			if tc.failed > 0 {
+				wantDelivered = 0
+			}
+			if res.Delivered != wantDelivered || res.Failed != tc.failed || res.BatchesCompleted != 1 {
+				t.Errorf("result %+v, want %d delivered, %d failed, 1 batch", res.Progress, wantDelivered, tc.failed)
 			}
 		})
 	}

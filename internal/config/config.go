@@ -65,6 +65,10 @@ type Worker struct {
 	PageSize           int `env:"FANOUT_PAGE_SIZE"`
 	Window             int `env:"FANOUT_WINDOW"`
 	DeliverConcurrency int `env:"FANOUT_DELIVER_CONCURRENCY"`
+	// LocalDeliveryMax: events of at most this many recipients are
+	// delivered by the events worker in their first workflow task (0:
+	// fanout's default, 100; -1: off).
+	LocalDeliveryMax int `env:"FANOUT_LOCAL_DELIVERY_MAX"`
 	// MaxAttempts, RetryInitial and RetryMax tune delivery retries.
 	MaxAttempts  int           `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`
 	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
@@ -194,7 +198,8 @@ func (w *Worker) Validate() error {
 		return fmt.Errorf("FANOUT_DELIVERIES_DLQ_TOPIC: empty")
 	}
 	if err := w.TypeOptions().Validate(); err != nil {
-		return fmt.Errorf("FANOUT_BATCH_SIZE / FANOUT_PAGE_SIZE / FANOUT_WINDOW / FANOUT_DELIVER_CONCURRENCY: %w", err)
+		// TypeOptions name the field; say which variable set it.
+		return errors.New(typeOptionVars.Replace(err.Error()))
 	}
 	if w.MaxAttempts < 1 {
 		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", w.MaxAttempts)
@@ -243,11 +248,19 @@ func validateMetricsAddr(addr string) error {
 	return nil
 }
 
+// typeOptionVars maps TypeOptions' field names in its errors to the
+// variables that set them.
+var typeOptionVars = strings.NewReplacer(
+	"BatchSize:", "FANOUT_BATCH_SIZE:", "PageSize:", "FANOUT_PAGE_SIZE:", "Window:", "FANOUT_WINDOW:",
+	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
+	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:")
+
 // TypeOptions are the stock webhook type's options.
 func (w *Worker) TypeOptions() fanout.TypeOptions {
 	return fanout.TypeOptions{
 		BatchSize: w.BatchSize, PageSize: w.PageSize, Window: w.Window,
 		DeliverConcurrency: w.DeliverConcurrency, MaxAttempts: w.MaxAttempts,
+		LocalDeliveryMax: w.LocalDeliveryMax,
 	}
 }
 

@@ -47,6 +47,14 @@ func TestEventsAreDeliveredToEveryRecipientOnce(t *testing.T) {
 				t.Errorf("event %s recipient %d: %d deliveries", ids[i], r, c)
 			}
 		}
+		// A single batch over LocalDeliveryMax runs as one DeliverBatch
+		// activity on its priority's delivery queue, without a child.
+		if n > fanout.DefaultLocalDeliveryMax && n <= stackOptions.BatchSize {
+			h := historyShape(t, fanout.WorkflowID(webhook.EventType, ids[i]))
+			if want := fanout.DeliveryTaskQueue(fanout.PriorityNormal); len(h.deliverQueues) != 1 || h.deliverQueues[0] != want {
+				t.Errorf("event %s (%d recipients): DeliverBatch activities on %v, want one on %s", ids[i], n, h.deliverQueues, want)
+			}
+		}
 	}
 }
 
@@ -215,19 +223,39 @@ func TestKcatPublishedEvent(t *testing.T) {
 	if tq := desc.GetWorkflowExecutionInfo().GetTaskQueue(); tq != fanout.EventsTaskQueue {
 		t.Errorf("event workflow on task queue %q, want %q", tq, fanout.EventsTaskQueue)
 	}
-	// Its one batch ran (inline, as an activity) on the high delivery queue.
-	iter := st.tc.GetWorkflowHistory(context.Background(), fanout.WorkflowID(webhook.EventType, id), "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	var queues []string
+	// 42 recipients is under LocalDeliveryMax: the fast path, one workflow
+	// task and no activity task.
+	h := historyShape(t, fanout.WorkflowID(webhook.EventType, id))
+	if h.workflowTasks != 1 || len(h.deliverQueues) != 0 || h.markers != 3 {
+		t.Errorf("history: %d workflow tasks, DeliverBatch activities on %v, %d local activities; want 1, none, 3 (Prepare, page, delivery)",
+			h.workflowTasks, h.deliverQueues, h.markers)
+	}
+}
+
+// shape counts what a workflow's history holds.
+type shape struct {
+	workflowTasks int      // completed workflow tasks
+	markers       int      // local activities
+	deliverQueues []string // task queue of each scheduled DeliverBatch activity
+}
+
+func historyShape(t *testing.T, wid string) shape {
+	t.Helper()
+	iter := st.tc.GetWorkflowHistory(context.Background(), wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var h shape
 	for iter.HasNext() {
 		e, err := iter.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "DeliverBatch" {
-			queues = append(queues, a.GetTaskQueue().GetName())
+		switch {
+		case e.GetWorkflowTaskCompletedEventAttributes() != nil:
+			h.workflowTasks++
+		case e.GetMarkerRecordedEventAttributes() != nil:
+			h.markers++
+		case e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "DeliverBatch":
+			h.deliverQueues = append(h.deliverQueues, e.GetActivityTaskScheduledEventAttributes().GetTaskQueue().GetName())
 		}
 	}
-	if len(queues) != 1 || queues[0] != fanout.DeliveryTaskQueue(fanout.PriorityHigh) {
-		t.Errorf("DeliverBatch scheduled on %v, want once on %s", queues, fanout.DeliveryTaskQueue(fanout.PriorityHigh))
-	}
+	return h
 }

@@ -57,6 +57,10 @@ var st *stack
 
 const eventsTopic = fanout.DefaultEventsTopic
 
+// stackOptions are the webhook type's options in the stack: a small window,
+// so pause and rate caps bite quickly in the CLI tests.
+var stackOptions = fanout.TypeOptions{BatchSize: 200, Window: 4}
+
 func TestMain(m *testing.M) {
 	code, err := run(m)
 	if err != nil {
@@ -139,7 +143,7 @@ func run(m *testing.M) (int, error) {
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
 		RecipientsURL: srv.URL + "/recipients",
 		Client:        webhook.NewClient(10*time.Second, 256),
-	}, fanout.TypeOptions{BatchSize: 200, Window: 4}) // a small window, so pause and rate caps bite quickly in the CLI tests
+	}, stackOptions)
 	dlw := dlq.NewWriter([]string{kaddr}, fanout.DefaultDeliveriesDLQTopic)
 	defer dlw.Close()
 	wctx, wcancel := context.WithCancel(ctx)
