@@ -29,7 +29,6 @@ import (
 
 	"github.com/fanout/fanout/internal/bridge"
 	"github.com/fanout/fanout/internal/config"
-	"github.com/fanout/fanout/internal/gate"
 	"github.com/fanout/fanout/internal/redrive"
 	"github.com/fanout/fanout/internal/telemetry"
 )
@@ -91,19 +90,9 @@ func runBridge(ctx context.Context) error {
 	}
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
-	b := bridge.New(bridge.Config{
-		Brokers:        cfg.Brokers,
-		Topic:          cfg.EventsTopic,
-		GroupID:        cfg.Group,
-		DLQTopic:       cfg.EventsDLQ,
-		Validator:      bridge.Validator{Types: cfg.EventTypes, MaxPayloadBytes: cfg.MaxPayloadBytes},
-		CommitInterval: cfg.CommitInterval,
-		Events:         gate.New(rdb, 0),
-		EventTTL:       cfg.EventTTL,
-		Logger:         log,
-		TracerProvider: tel.TracerProvider,
-		MeterProvider:  tel.MeterProvider,
-	}, tc)
+	bc := bridge.ConfigFrom(cfg, rdb, log)
+	bc.TracerProvider, bc.MeterProvider = tel.TracerProvider, tel.MeterProvider
+	b := bridge.New(bc, tc)
 	log.Info("bridge consuming", "brokers", cfg.Brokers, "topic", cfg.EventsTopic, "group", cfg.Group, "types", cfg.EventTypes)
 	err = b.Run(ctx)
 	log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())

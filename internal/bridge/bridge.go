@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/backoff"
+	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/gate"
 	"github.com/fanout/fanout/workflows"
 )
@@ -66,6 +68,27 @@ type Config struct {
 	// the client) carries the trace into the workflow.
 	TracerProvider trace.TracerProvider
 	MeterProvider  metric.MeterProvider
+	// Eager asks Temporal to hand each new workflow's first workflow task
+	// straight back to this process (eager workflow start), skipping the
+	// trip through matching. Set it when the client also runs an events
+	// worker (the worker binary with FANOUT_BRIDGE=true); without a free
+	// local worker the start is an ordinary one.
+	Eager bool
+}
+
+// ConfigFrom is the bridge configuration of the binaries' environment.
+func ConfigFrom(cfg config.Bridge, rdb redis.UniversalClient, log *slog.Logger) Config {
+	return Config{
+		Brokers:        cfg.Brokers,
+		Topic:          cfg.EventsTopic,
+		GroupID:        cfg.Group,
+		DLQTopic:       cfg.EventsDLQ,
+		Validator:      Validator{Types: cfg.EventTypes, MaxPayloadBytes: cfg.MaxPayloadBytes},
+		CommitInterval: cfg.CommitInterval,
+		Events:         gate.New(rdb, 0),
+		EventTTL:       cfg.EventTTL,
+		Logger:         log,
+	}
 }
 
 // Stats are the bridge's counters.
@@ -234,10 +257,13 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// StartEvent starts the Fanout workflow of ev, or finds it already started.
-// duplicate is true when the workflow had already closed.
-func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event) (duplicate bool, err error) {
-	_, err = tc.ExecuteWorkflow(ctx, StartOptions(ev), workflows.Fanout, workflows.FanoutInput{Event: ev})
+// StartEvent starts the Fanout workflow of ev, or finds it already started;
+// eagerly (see Config.Eager) if asked. duplicate is true when the workflow
+// had already closed.
+func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event, eager bool) (duplicate bool, err error) {
+	opts := StartOptions(ev)
+	opts.EnableEagerStart = eager
+	_, err = tc.ExecuteWorkflow(ctx, opts, workflows.Fanout, workflows.FanoutInput{Event: ev})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return true, nil
@@ -260,7 +286,7 @@ func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
 			return nil
 		}
 	}
-	dup, err := StartEvent(sctx, b.tc, ev)
+	dup, err := StartEvent(sctx, b.tc, ev, b.cfg.Eager)
 	if err != nil {
 		return fmt.Errorf("start workflow for event %s: %w", ev.ID, err)
 	}

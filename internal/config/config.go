@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,7 +75,13 @@ type Worker struct {
 	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
 	RetryMax     time.Duration `env:"FANOUT_RETRY_MAX" envDefault:"1m"`
 	// Queues the process serves: events and/or the priorities high, normal, low.
-	Queues        []string      `env:"FANOUT_QUEUES" envSeparator:"," envDefault:"events,high,normal,low"`
+	Queues []string `env:"FANOUT_QUEUES" envSeparator:"," envDefault:"events,high,normal,low"`
+	// Bridge also runs the Kafka bridge in this process (configured by the
+	// bridge's variables), starting each event eagerly on this process's
+	// events worker: its first workflow task skips Temporal's matching.
+	// Needs the events queue.
+	Bridge bool `env:"FANOUT_BRIDGE"`
+
 	RecipientsURL string        `env:"FANOUT_RECIPIENTS_URL"`
 	HTTPTimeout   time.Duration `env:"FANOUT_HTTP_TIMEOUT" envDefault:"10s"`
 	BatchSlots    int           `env:"FANOUT_BATCH_SLOTS" envDefault:"8"`
@@ -209,6 +216,9 @@ func (w *Worker) Validate() error {
 	}
 	if len(w.Queues) == 0 {
 		return fmt.Errorf("FANOUT_QUEUES: empty")
+	}
+	if w.Bridge && !slices.Contains(w.Queues, "events") {
+		return fmt.Errorf("FANOUT_BRIDGE: the bridge in the worker starts events on its own events worker; add events to FANOUT_QUEUES (%s)", strings.Join(w.Queues, ","))
 	}
 	for _, q := range w.Queues {
 		if q != "events" && q != "high" && q != "normal" && q != "low" {

@@ -75,6 +75,7 @@ func main() {
 	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+"; opt-in: "+strings.Join(optInScenarios, ",")+")")
 	keep := flag.String("dir", "", "keep logs and state in this directory")
 	lightRate := flag.Float64("light-rate", 100, "events/s published in the light and isolation scenarios")
+	separateBridge := flag.Bool("separate-bridge", false, "run the bridge as its own process (`starter bridge`, ordinary starts) instead of inside the events worker (FANOUT_BRIDGE=true, eager starts)")
 	niceDelivery := flag.Int("nice-delivery", 0, "run the delivery worker at this niceness (CPU priority below the Temporal server and events worker)")
 	flag.Parse()
 	sz := fullSizes()
@@ -94,7 +95,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rows, err := run(ctx, sz, want, *keep, *niceDelivery, os.Stdout)
+	rows, err := run(ctx, sz, want, *keep, *niceDelivery, *separateBridge, os.Stdout)
 	printTable(os.Stdout, rows)
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rows, "", "  ")
@@ -108,7 +109,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, sz sizes, want []string, dir string, nice int, out io.Writer) ([]Row, error) {
+func run(ctx context.Context, sz sizes, want []string, dir string, nice int, separateBridge bool, out io.Writer) ([]Row, error) {
 	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, workers, bridge)...")
 	st, err := harness.Start(ctx, harness.Options{Dir: dir, Log: out})
 	if err != nil {
@@ -116,7 +117,7 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, out
 	}
 	defer st.Close()
 	b := &bench{st: st, sz: sz, out: out, stamp: time.Now().UTC().Format("150405")}
-	if err := b.startWorkers(); err != nil {
+	if err := b.startWorkers(separateBridge); err != nil {
 		return nil, err
 	}
 	if nice != 0 {

@@ -42,17 +42,26 @@ func (b *bench) id(prefix string) string {
 	return fmt.Sprintf("%s-%s-%d", prefix, b.stamp, b.seq)
 }
 
-func (b *bench) startWorkers() error {
+// startWorkers starts the events worker, the delivery worker (every
+// priority) and the bridge: inside the events worker (eager starts) unless
+// separate.
+func (b *bench) startWorkers(separateBridge bool) error {
 	var evEnv, delEnv []string
 	if os.Getenv("FANOUT_BENCH_PPROF") != "" {
 		// For profiling: go tool pprof http://127.0.0.1:6061/debug/pprof/profile
 		evEnv, delEnv = []string{"FANOUT_PPROF_ADDR=127.0.0.1:6062"}, []string{"FANOUT_PPROF_ADDR=127.0.0.1:6061"}
+	}
+	if !separateBridge {
+		evEnv = append(evEnv, "FANOUT_BRIDGE=true")
 	}
 	if err := b.st.StartWorker("events", "events", evEnv...); err != nil {
 		return err
 	}
 	if err := b.st.StartWorker("delivery", "high,normal,low", delEnv...); err != nil {
 		return err
+	}
+	if !separateBridge {
+		return nil
 	}
 	return b.st.StartBridge("bridge")
 }

@@ -1,6 +1,8 @@
 // Command worker is fanout's stock worker binary: it serves the task queues
 // named in FANOUT_QUEUES with the built-in "webhook" event type (recipients
-// from FANOUT_RECIPIENTS_URL, delivery by HTTP POST).
+// from FANOUT_RECIPIENTS_URL, delivery by HTTP POST). With FANOUT_BRIDGE=true
+// it also runs the Kafka bridge, starting events eagerly on its own events
+// worker.
 package main
 
 import (
@@ -14,9 +16,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/backoff"
+	"github.com/fanout/fanout/internal/bridge"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/dlq"
 	"github.com/fanout/fanout/internal/telemetry"
@@ -35,6 +39,12 @@ func run() error {
 	var cfg config.Worker
 	if err := config.Load(&cfg); err != nil {
 		return err
+	}
+	var bcfg config.Bridge
+	if cfg.Bridge {
+		if err := config.Load(&bcfg); err != nil {
+			return err
+		}
 	}
 	log := config.Logger(cfg.LogLevel)
 	if cfg.PprofAddr != "" {
@@ -77,19 +87,37 @@ func run() error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
 	}
-	return workers.Run(ctx, workers.Options{
-		Client:           tc,
-		Registry:         reg,
-		Redis:            rdb,
-		DisableDedup:     !cfg.Dedup,
-		GateTTL:          cfg.GateTTL,
-		Queues:           cfg.Queues,
-		BatchSlots:       cfg.BatchSlots,
-		LowPrioritySlots: cfg.LowPrioritySlots,
-		DeadLetters:      dlw,
-		// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
-		DeliverConcurrency: cfg.DeliverConcurrency,
-		Backoff:            backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
-		Logger:             log,
+	var b *bridge.Bridge
+	if cfg.Bridge {
+		bc := bridge.ConfigFrom(bcfg, rdb, log)
+		bc.TracerProvider, bc.MeterProvider, bc.Eager = tel.TracerProvider, tel.MeterProvider, true
+		b = bridge.New(bc, tc)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	if b != nil {
+		g.Go(func() error {
+			log.Info("bridge consuming", "brokers", bcfg.Brokers, "topic", bcfg.EventsTopic, "group", bcfg.Group, "types", bcfg.EventTypes, "eager", true)
+			err := b.Run(gctx)
+			log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
+			return err
+		})
+	}
+	g.Go(func() error {
+		return workers.Run(gctx, workers.Options{
+			Client:           tc,
+			Registry:         reg,
+			Redis:            rdb,
+			DisableDedup:     !cfg.Dedup,
+			GateTTL:          cfg.GateTTL,
+			Queues:           cfg.Queues,
+			BatchSlots:       cfg.BatchSlots,
+			LowPrioritySlots: cfg.LowPrioritySlots,
+			DeadLetters:      dlw,
+			// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
+			DeliverConcurrency: cfg.DeliverConcurrency,
+			Backoff:            backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
+			Logger:             log,
+		})
 	})
+	return g.Wait()
 }
