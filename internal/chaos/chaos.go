@@ -93,6 +93,7 @@ var names = [...]string{
 	7: "sink rejects 1% (400), redrive",
 	8: "sink 429 + Retry-After 2s",
 	9: "duplicate recipients in pages",
+	10: "kill events worker+bridge x2",
 }
 
 // Scenarios is the suite, in order.
@@ -106,6 +107,7 @@ var Scenarios = []Scenario{
 	{N: 7, Name: names[7], Size: 20000, Events: 1, Run: PermanentFailuresRedrive},
 	{N: 8, Name: names[8], Size: 20000, Events: 1, Run: RateLimited},
 	{N: 9, Name: names[9], Size: 20000, Events: 1, Run: DuplicateRecipients},
+	{N: 10, Name: names[10], Size: 50, Events: 400, Run: KillEventsWorker, Bounded: true},
 }
 
 // ByNumber returns scenario n.

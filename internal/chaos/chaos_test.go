@@ -111,3 +111,10 @@ func TestPermanentFailuresRedrive(t *testing.T) {
 func TestDuplicateRecipients(t *testing.T) {
 	runScenario(t, 9, 5000)
 }
+
+func TestKillEventsWorker(t *testing.T) {
+	r := runScenario(t, 10, 50)
+	if r.InFlightAtKills == 0 {
+		t.Errorf("no deliveries in flight at the kills: %+v", r)
+	}
+}

@@ -595,3 +595,75 @@ func DuplicateRecipients(ctx context.Context, o Options, size int) (Report, erro
 		return nil
 	})
 }
+
+// KillEventsWorker (scenario 10) runs the bridge inside the events worker
+// (FANOUT_BRIDGE=true: eager starts) and fans out small events, which that
+// process delivers itself by local activities (the fast path). It SIGKILLs
+// the process twice mid-stream (at 30% and 60% delivered) and restarts it:
+// the interrupted workflow tasks time out and run again, the records not yet
+// committed are consumed again, and every recipient is delivered, with
+// duplicates up to the gate keys held without a delivered mark at the kills.
+func KillEventsWorker(ctx context.Context, o Options, size int) (Report, error) {
+	const nEvents = 400
+	return scenario(ctx, o, 10, nil, func(ctx context.Context, u *run) error {
+		u.slowSink(SinkLatency)
+		if err := u.s.StartWorker("events", "events", "FANOUT_BRIDGE=true"); err != nil {
+			return err
+		}
+		if err := u.s.StartWorker("delivery", "high,normal,low"); err != nil {
+			return err
+		}
+		evs := make([]harness.Event, nEvents)
+		for i := range evs {
+			evs[i] = harness.Event{ID: fmt.Sprintf("chaos-events-%03d", i), Audience: size}
+		}
+		if err := u.publish(ctx, evs...); err != nil {
+			return err
+		}
+		ids := eventIDs(evs)
+		total := size * nEvents
+		var at []string
+		for k, frac := range []float64{0.3, 0.6} {
+			landed, err := u.waitFault(ctx, int(frac*float64(total)))
+			if err != nil {
+				return err
+			}
+			if !landed {
+				at = append(at, fmt.Sprintf("kill %d skipped: the events finished first", k+1))
+				break
+			}
+			sinkBusy := u.s.Sink.InFlight()
+			u.s.Kill("events")
+			uniq, _ := u.tally()
+			held := 0
+			for _, id := range ids {
+				h, err := u.held(ctx, id)
+				if err != nil {
+					return err
+				}
+				held += h
+			}
+			u.r.InFlightAtKills += held
+			u.logf("kill %d: SIGKILLed the events worker (and its bridge) at %d/%d delivered, ~%d deliveries in the sink; %d gate keys held without a delivered mark",
+				k+1, uniq, total, sinkBusy, held)
+			at = append(at, fmt.Sprintf("%d (%d held, ~%d at the sink)", uniq, held, sinkBusy))
+			if err := u.s.Restart("events"); err != nil {
+				return err
+			}
+		}
+		t, err := u.waitTotals(ctx, ids...)
+		if err != nil {
+			return err
+		}
+		n, err := u.countFanouts(ctx, nEvents)
+		if err != nil {
+			return err
+		}
+		u.note("kills at delivered = %s", strings.Join(at, ", "))
+		u.note("workflows: %d Fanout executions for %d events; delivered %d, gate duplicates %d, failed %d", n, nEvents, t.Delivered, t.Duplicates, t.Failed)
+		if n != nEvents {
+			return fmt.Errorf("%d Fanout executions for %d events: an event was fanned out twice", n, nEvents)
+		}
+		return nil
+	})
+}
