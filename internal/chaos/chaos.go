@@ -84,15 +84,15 @@ type Scenario struct {
 
 // names are the scenario names, by number.
 var names = [...]string{
-	1: "kill delivery worker x3",
-	2: "kill bridge before commit",
-	3: "replay topic after retention",
-	4: "restart redis mid-fan-out",
-	5: "restart temporal mid-fan-out",
-	6: "sink 30% HTTP 500 for 5s",
-	7: "sink rejects 1% (400), redrive",
-	8: "sink 429 + Retry-After 2s",
-	9: "duplicate recipients in pages",
+	1:  "kill delivery worker x3",
+	2:  "kill bridge before commit",
+	3:  "replay topic after retention",
+	4:  "restart redis mid-fan-out",
+	5:  "restart temporal mid-fan-out",
+	6:  "sink 30% HTTP 500 for 5s",
+	7:  "sink rejects 1% (400), redrive",
+	8:  "sink 429 + Retry-After 2s",
+	9:  "duplicate recipients in pages",
 	10: "kill events worker+bridge x2",
 }
 
