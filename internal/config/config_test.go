@@ -203,6 +203,7 @@ func TestLoadBadValues(t *testing.T) {
 		{"worker log level", worker, map[string]string{"FANOUT_LOG_LEVEL": "loud"}, "FANOUT_LOG_LEVEL"},
 		{"redis URL scheme", worker, map[string]string{"FANOUT_REDIS_URL": "ftp://x"}, "FANOUT_REDIS_URL"},
 		{"HTTP timeout zero", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "0s"}, "FANOUT_HTTP_TIMEOUT"},
+		{"bridge without the events queue", worker, map[string]string{"FANOUT_BRIDGE": "true", "FANOUT_QUEUES": "high,low"}, "FANOUT_BRIDGE"},
 		{"local delivery limit over the batch limit", worker, map[string]string{"FANOUT_LOCAL_DELIVERY_MAX": "6000"}, "FANOUT_LOCAL_DELIVERY_MAX"},
 		{"window over its limit", worker, map[string]string{"FANOUT_WINDOW": "501"}, "FANOUT_WINDOW"},
 		{"HTTP timeout negative", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "-1s"}, "FANOUT_HTTP_TIMEOUT"},

@@ -174,6 +174,9 @@ type TemporalOptions struct {
 	LogPath  string
 	Bin      string // the temporal CLI
 	Headless bool
+	// MetricsPort serves the server's Prometheus metrics on
+	// http://127.0.0.1:<port>/metrics (0: none).
+	MetricsPort int
 }
 
 // StartTemporal starts `temporal server start-dev` and waits until it serves.
@@ -183,6 +186,9 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error
 		args = append(args, "--headless")
 	} else {
 		args = append(args, "--ui-port", strconv.Itoa(o.UIPort))
+	}
+	if o.MetricsPort != 0 {
+		args = append(args, "--metrics-port", strconv.Itoa(o.MetricsPort))
 	}
 	if o.DBFile != "" {
 		// WAL without fsync per commit: state survives a kill of the server

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -204,6 +207,7 @@ func TestKcatPublishedEvent(t *testing.T) {
 	}
 	id := "d-kcat-" + runID
 	value := fmt.Sprintf(`{"id":%q,"type":"webhook","priority":"high","payload":{"audience":42}}`, id)
+	eager0, denied0 := serverCounter(t, "workflow_eager_execution"), serverCounter(t, "workflow_eager_execution_denied")
 	cmd := exec.Command(kcat, "-P", "-b", st.kafkaAddr, "-t", eventsTopic, "-k", id,
 		"-H", "traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	cmd.Stdin = strings.NewReader(value + "\n")
@@ -223,6 +227,16 @@ func TestKcatPublishedEvent(t *testing.T) {
 	if tq := desc.GetWorkflowExecutionInfo().GetTaskQueue(); tq != fanout.EventsTaskQueue {
 		t.Errorf("event workflow on task queue %q, want %q", tq, fanout.EventsTaskQueue)
 	}
+	// The bridge shares its client with the events worker: the start was
+	// eager (the first workflow task came back in the start's response).
+	// The server reports its counters about once a second.
+	var eager, denied float64
+	for end := time.Now().Add(10 * time.Second); eager < 1 && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		eager, denied = serverCounter(t, "workflow_eager_execution")-eager0, serverCounter(t, "workflow_eager_execution_denied")-denied0
+	}
+	if eager < 1 || denied != 0 {
+		t.Errorf("eager starts requested %v, denied %v; want at least 1 and none denied", eager, denied)
+	}
 	// 42 recipients is under LocalDeliveryMax: the fast path, one workflow
 	// task and no activity task.
 	h := historyShape(t, fanout.WorkflowID(webhook.EventType, id))
@@ -230,6 +244,34 @@ func TestKcatPublishedEvent(t *testing.T) {
 		t.Errorf("history: %d workflow tasks, DeliverBatch activities on %v, %d local activities; want 1, none, 3 (Prepare, page, delivery)",
 			h.workflowTasks, h.deliverQueues, h.markers)
 	}
+}
+
+// serverCounter sums the series of a counter of the dev server's metrics.
+func serverCounter(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(st.temporalMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			sum += v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return sum
 }
 
 // shape counts what a workflow's history holds.

@@ -39,13 +39,15 @@ import (
 // stack is the shared real stack of the package's tests.
 type stack struct {
 	temporalAddr string
-	kafkaAddr    string
-	redisAddr    string
-	tc           client.Client
-	rdb          *redis.Client
-	sink         *demo.Sink
-	sinkURL      string
-	logger       *slog.Logger
+	// temporalMetrics is the dev server's Prometheus endpoint.
+	temporalMetrics string
+	kafkaAddr       string
+	redisAddr       string
+	tc              client.Client
+	rdb             *redis.Client
+	sink            *demo.Sink
+	sinkURL         string
+	logger          *slog.Logger
 
 	mu           sync.Mutex
 	bridge       *bridge.Bridge
@@ -95,12 +97,17 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	tproc, taddr, err := devstack.StartTemporal(ctx, devstack.TemporalOptions{Port: tport, Headless: true, Bin: bin, LogPath: filepath.Join(tmp, "temporal.log")})
+	mport, err := devstack.FreePort()
+	if err != nil {
+		return 0, err
+	}
+	tproc, taddr, err := devstack.StartTemporal(ctx, devstack.TemporalOptions{Port: tport, Headless: true, Bin: bin, LogPath: filepath.Join(tmp, "temporal.log"), MetricsPort: mport})
 	if err != nil {
 		return 0, err
 	}
 	defer tproc.Stop(10 * time.Second)
 	s.temporalAddr = taddr
+	s.temporalMetrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", mport)
 
 	rport, err := devstack.FreePort()
 	if err != nil {
@@ -176,6 +183,7 @@ func (s *stack) startBridge() {
 		Events:         gate.New(s.rdb, 0),
 		EventTTL:       time.Hour,
 		Logger:         s.logger,
+		Eager:          true, // s.tc also runs the events worker
 	}, s.tc)
 	done := make(chan struct{})
 	go func() {
