@@ -587,11 +587,14 @@ func runStarter(t *testing.T, env []string, args ...string) (string, error) {
 // history exported with the CLI; a tampered history fails with status 1.
 func TestReplayLiveExecutions(t *testing.T) {
 	prefix := "cli-replay-" + runID
-	st.publish(t, eventRecord(t, prefix+"-small", 30, nil), eventRecord(t, prefix+"-big", 1000, nil))
+	// tiny takes the fast path (local activities only), small one
+	// DeliverBatch activity, big five DeliveryBatch children.
+	st.publish(t, eventRecord(t, prefix+"-tiny", 30, nil), eventRecord(t, prefix+"-small", 150, nil), eventRecord(t, prefix+"-big", 1000, nil))
+	tiny := st.waitResult(t, prefix+"-tiny", time.Minute)
 	small := st.waitResult(t, prefix+"-small", time.Minute)
 	big := st.waitResult(t, prefix+"-big", time.Minute)
-	if small.Delivered != 30 || big.Delivered != 1000 {
-		t.Fatalf("results: %+v, %+v", small.Progress, big.Progress)
+	if tiny.Delivered != 30 || small.Delivered != 150 || big.Delivered != 1000 {
+		t.Fatalf("results: %+v, %+v, %+v", tiny.Progress, small.Progress, big.Progress)
 	}
 	query := fmt.Sprintf("WorkflowId STARTS_WITH '%s'", fanout.WorkflowID(webhook.EventType, prefix))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -600,7 +603,7 @@ func TestReplayLiveExecutions(t *testing.T) {
 	eventually(t, 15*time.Second, "the executions are not visible", func() bool {
 		var err error
 		hs, err = replay.LoadQuery(ctx, st.tc, query+" AND ExecutionStatus = 'Completed'", 0)
-		return err == nil && len(hs) == 2+5 // two events, five batches of the big one
+		return err == nil && len(hs) == 3+5 // three events, five batches of the big one
 	})
 	results, err := replay.Replay(ctx, nil, hs...)
 	if err != nil {
@@ -610,13 +613,13 @@ func TestReplayLiveExecutions(t *testing.T) {
 	for _, r := range results {
 		types[r.WorkflowType]++
 	}
-	if types[fanout.FanoutWorkflowName] != 2 || types[fanout.DeliveryBatchWorkflow] != 5 {
+	if types[fanout.FanoutWorkflowName] != 3 || types[fanout.DeliveryBatchWorkflow] != 5 {
 		t.Errorf("replayed %v", types)
 	}
 
 	// The starter subcommand: by query, by id.
 	out, err := runStarter(t, nil, "replay", "-query", query)
-	if err != nil || !strings.Contains(out, "7 histories, 7 OK, 0 failed") {
+	if err != nil || !strings.Contains(out, "8 histories, 8 OK, 0 failed") {
 		t.Fatalf("starter replay -query: %v\n%s", err, out)
 	}
 	bigWID := fanout.WorkflowID(webhook.EventType, prefix+"-big")
