@@ -92,11 +92,7 @@ func runBridge(ctx context.Context) error {
 	defer rdb.Close()
 	bc := bridge.ConfigFrom(cfg, rdb, log)
 	bc.TracerProvider, bc.MeterProvider = tel.TracerProvider, tel.MeterProvider
-	b := bridge.New(bc, tc)
-	log.Info("bridge consuming", "brokers", cfg.Brokers, "topic", cfg.EventsTopic, "group", cfg.Group, "types", cfg.EventTypes)
-	err = b.Run(ctx)
-	log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
-	return err
+	return bridge.New(bc, tc).Run(ctx)
 }
 
 func runPublish(ctx context.Context, args []string) error {

@@ -144,8 +144,14 @@ func New(cfg Config, tc client.Client) *Bridge {
 
 // Run consumes until ctx is canceled, then finishes the records in hand,
 // commits them and returns. Each partition is processed in order by its own
-// goroutine, partitions concurrently.
+// goroutine, partitions concurrently. It logs when it starts and, with its
+// counts, when it stops.
 func (b *Bridge) Run(ctx context.Context) error {
+	b.log.Info("bridge consuming", "brokers", b.cfg.Brokers, "topic", b.cfg.Topic, "group", b.cfg.GroupID,
+		"types", b.cfg.Validator.Types, "eager", b.cfg.Eager)
+	defer func() {
+		b.log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
+	}()
 	defer b.dlq.Close()
 	defer b.reader.Close()
 	// work outlives ctx so records in hand are finished, not half-done.

@@ -1,17 +1,17 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/segmentio/kafka-go"
 	"go.temporal.io/api/enums/v1"
 
@@ -254,22 +254,14 @@ func serverCounter(t *testing.T, name string) float64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
-			f := strings.Fields(line)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			sum += v
-		}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("server metrics: %v", err)
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+	var sum float64
+	for _, m := range fams[name].GetMetric() {
+		sum += m.GetCounter().GetValue()
 	}
 	return sum
 }

@@ -87,20 +87,11 @@ func run() error {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
 	}
-	var b *bridge.Bridge
+	g, gctx := errgroup.WithContext(ctx)
 	if cfg.Bridge {
 		bc := bridge.ConfigFrom(bcfg, rdb, log)
 		bc.TracerProvider, bc.MeterProvider, bc.Eager = tel.TracerProvider, tel.MeterProvider, true
-		b = bridge.New(bc, tc)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	if b != nil {
-		g.Go(func() error {
-			log.Info("bridge consuming", "brokers", bcfg.Brokers, "topic", bcfg.EventsTopic, "group", bcfg.Group, "types", bcfg.EventTypes, "eager", true)
-			err := b.Run(gctx)
-			log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
-			return err
-		})
+		g.Go(func() error { return bridge.New(bc, tc).Run(gctx) })
 	}
 	g.Go(func() error {
 		return workers.Run(gctx, workers.Options{
