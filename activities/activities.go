@@ -19,24 +19,24 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
-	"github.com/fanout/fanout/internal/backoff"
-	"github.com/fanout/fanout/internal/gate"
+	"github.com/fanout/fanout/activities/gate"
+	"github.com/fanout/fanout/activities/staging"
 )
 
 // Activities holds the dependencies of the activities.
 type Activities struct {
 	Registry *fanout.Registry
-	// Gate is the per-recipient attempt-id gate (and the staging area of
-	// big events' batches); nil runs without Redis.
+	// Gate is the per-recipient attempt-id gate; nil delivers without
+	// suppressing duplicates (only for measuring what the gate costs).
 	Gate *gate.Gate
-	// DisableDedup skips the gate's attempt-id checks and marks while still
-	// staging batches in Redis: only for measuring what the gate costs.
-	DisableDedup bool
+	// Staging keeps big events' batches in Redis between the page and the
+	// delivery; nil passes every page's recipients through the history.
+	Staging *staging.Store
 	// DeadLetters receives recipients given up after MaxAttempts or a
 	// permanent failure; nil only reports them in the batch result.
 	DeadLetters DeadLetterPublisher
-	// Backoff computes delivery retry delays (backoff.Default when zero).
-	Backoff backoff.Policy
+	// Backoff computes delivery retry delays (DefaultBackoff when zero).
+	Backoff Backoff
 	// DeliverConcurrency, when set, replaces the batches' own concurrency:
 	// a delivery worker's concurrent calls are BatchSlots × this.
 	DeliverConcurrency int
@@ -127,7 +127,7 @@ func (p PageResult) Len() int {
 	return len(p.Recipients)
 }
 
-// RecipientsPage runs get_recipients for one page. When a gate is set and
+// RecipientsPage runs get_recipients for one page. When staging is set and
 // the page is more than one final batch, it stages the page's batches in
 // Redis and returns refs, keeping recipients out of the workflow history.
 func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput) (PageResult, error) {
@@ -148,17 +148,17 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 	}
 	res := PageResult{Recipients: p.Recipients, NextCursor: p.NextCursor, Count: len(p.Recipients)}
 	single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
-	if a.Gate == nil || in.BatchSize <= 0 || single || len(p.Recipients) == 0 {
+	if a.Staging == nil || in.BatchSize <= 0 || single || len(p.Recipients) == 0 {
 		return res, nil
 	}
 	batches := slices.Collect(slices.Chunk(p.Recipients, in.BatchSize))
-	if err := a.Gate.StageBatches(ctx, in.Event.ID, in.FirstBatch, batches); err != nil {
+	if err := a.Staging.Stage(ctx, in.Event.ID, in.FirstBatch, batches); err != nil {
 		return PageResult{}, err
 	}
 	off := 0
 	for i, b := range batches {
 		n := in.FirstBatch + i
-		res.Batches = append(res.Batches, BatchRef{N: n, Key: a.Gate.BatchKey(in.Event.ID, n), Count: len(b),
+		res.Batches = append(res.Batches, BatchRef{N: n, Key: a.Staging.Key(in.Event.ID, n), Count: len(b),
 			PageCursor: in.Cursor, PageLimit: in.Limit, Offset: off})
 		off += len(b)
 	}
@@ -169,8 +169,8 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 // loadBatch returns a staged batch, fetching its page again if the staged
 // copy is gone.
 func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, ev fanout.Event, ref BatchRef) ([]fanout.Recipient, error) {
-	if a.Gate != nil {
-		rs, ok, err := a.Gate.LoadBatch(ctx, ref.Key)
+	if a.Staging != nil {
+		rs, ok, err := a.Staging.Load(ctx, ref.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -197,12 +197,7 @@ func nonRetryableIfPermanent(err error) error {
 	return err
 }
 
-func (a *Activities) dedup() bool { return a.Gate != nil && !a.DisableDedup }
-
-// DeadLetterPublisher publishes dead letters (the deliveries DLQ topic).
-type DeadLetterPublisher interface {
-	Publish(ctx context.Context, dls []fanout.DeadLetter) error
-}
+func (a *Activities) dedup() bool { return a.Gate != nil }
 
 // DeliverBatchInput is one batch of recipients to deliver.
 type DeliverBatchInput struct {
@@ -275,10 +270,10 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		}
 		in.Ref = nil
 		r, err := a.DeliverBatch(ctx, in)
-		if err == nil && a.Gate != nil {
+		if err == nil && a.Staging != nil {
 			// Every recipient is delivered, a duplicate or dead-lettered:
 			// the staged copy is no longer needed (its TTL is the backstop).
-			_ = a.Gate.DropBatch(ctx, ref.Key)
+			_ = a.Staging.Drop(ctx, ref.Key)
 		}
 		return r, err
 	}
@@ -368,7 +363,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if len(retry) > 0 {
 		pol := a.Backoff
 		if pol.Initial == 0 {
-			pol = backoff.Default
+			pol = DefaultBackoff
 		}
 		// The backoff grows with the recipients' own failure counts.
 		n := 0
@@ -483,9 +478,9 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []Failure) error {
 	if a.DeadLetters != nil {
 		now := time.Now().UTC()
-		dls := make([]fanout.DeadLetter, len(fs))
+		dls := make([]DeadLetter, len(fs))
 		for i, f := range fs {
-			dls[i] = fanout.DeadLetter{
+			dls[i] = DeadLetter{
 				EventID: in.Event.ID, EventType: in.Event.Type, Priority: in.Priority, AttemptID: in.AttemptID,
 				Recipient: f.Recipient, Attempts: f.Attempts, Permanent: f.Permanent, LastError: f.Error,
 				Time: now, Event: in.Event, Message: in.Message,

@@ -35,8 +35,8 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // Paths, relative to this package's directory (go test runs tests there).
@@ -46,7 +46,7 @@ const (
 	composeFile = "compose.yaml"
 	dockerfile  = "Dockerfile"
 	configGo    = "../internal/config/config.go"
-	starterGo   = "../starter/main.go"
+	starterGo   = "../starter/cmd/starter/main.go"
 	goMod       = "../go.mod"
 
 	kustomizationFile = "kustomization.yaml"
@@ -694,28 +694,12 @@ func starterSubcommands(t *testing.T) map[string]bool {
 	return cmds
 }
 
-// Queue names of FANOUT_QUEUES and their task queues, from the fanout
-// package (names.go).
-const queueEvents = "events"
-
-func allQueues() []string {
-	q := []string{queueEvents}
-	for _, p := range fanout.Priorities {
-		q = append(q, string(p))
-	}
-	return q
-}
-
-func taskQueueOf(queue string) (string, error) {
-	if queue == queueEvents {
-		return fanout.EventsTaskQueue, nil
-	}
-	p, err := fanout.ParsePriority(queue)
-	if err != nil {
-		return "", err
-	}
-	return fanout.DeliveryTaskQueue(p), nil
-}
+// Queue names of FANOUT_QUEUES and their task queues come from the
+// workflows' vocabulary.
+var (
+	allQueues   = vocab.Queues
+	taskQueueOf = vocab.TaskQueue
+)
 
 // parseQueues checks a FANOUT_QUEUES value the way the worker reads it
 // (comma-separated) and returns its queues.
@@ -741,7 +725,7 @@ func parseQueues(v string) ([]string, error) {
 
 type dockerImage struct {
 	builderFrom string            // image of the stage that runs go build
-	packages    []string          // go build package arguments ("./starter")
+	packages    []string          // go build package arguments ("./starter/cmd/starter")
 	cgoDisabled bool              // CGO_ENABLED=0 on the go build
 	built       map[string]string // binary name -> path in the builder
 	binaries    map[string]string // binary name -> path in the final image
@@ -1494,7 +1478,7 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("%s: go build %s: %s is not a main package (packages: %v)", dockerfile, p, dir, slices.Sorted(maps.Keys(pkgs)))
 		}
 	}
-	for _, want := range []string{"./workers/cmd/worker", "./starter"} {
+	for _, want := range []string{"./workers/cmd/worker", "./starter/cmd/starter"} {
 		if !slices.Contains(img.packages, want) {
 			t.Errorf("%s: does not build %s", dockerfile, want)
 		}

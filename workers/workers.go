@@ -19,16 +19,11 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
-	"github.com/fanout/fanout/internal/backoff"
-	"github.com/fanout/fanout/internal/gate"
+	"github.com/fanout/fanout/activities/gate"
+	"github.com/fanout/fanout/activities/staging"
 	"github.com/fanout/fanout/workflows"
+	"github.com/fanout/fanout/workflows/vocab"
 )
-
-// Queue names accepted in Options.Queues.
-const QueueEvents = "events"
-
-// AllQueues is every queue: events and each priority.
-var AllQueues = []string{QueueEvents, string(fanout.PriorityHigh), string(fanout.PriorityNormal), string(fanout.PriorityLow)}
 
 // Options configure Run.
 type Options struct {
@@ -44,9 +39,10 @@ type Options struct {
 	// DeadLetters receives recipients given up after MaxAttempts (the
 	// deliveries DLQ topic); nil only reports them in batch results.
 	DeadLetters activities.DeadLetterPublisher
-	// Backoff of delivery retries (backoff.Default when zero).
-	Backoff backoff.Policy
-	// Queues to serve: "events" and/or priorities ("high", "normal", "low").
+	// Backoff of delivery retries (activities.DefaultBackoff when zero).
+	Backoff activities.Backoff
+	// Queues to serve: vocab.QueueEvents and/or priorities ("high",
+	// "normal", "low"); vocab.Queues() is all of them.
 	Queues []string
 	// BatchSlots is how many delivery batches one delivery worker runs at
 	// once per priority (each delivers with its type's DeliverConcurrency).
@@ -65,18 +61,6 @@ type Options struct {
 	Interceptors []interceptor.WorkerInterceptor
 }
 
-// TaskQueue maps a queue name of Options.Queues to its task queue.
-func TaskQueue(name string) (string, error) {
-	if name == QueueEvents {
-		return fanout.EventsTaskQueue, nil
-	}
-	p, err := fanout.ParsePriority(name)
-	if err != nil {
-		return "", fmt.Errorf("queue %q: %w", name, err)
-	}
-	return fanout.DeliveryTaskQueue(p), nil
-}
-
 // Run starts the workers and blocks until ctx is canceled, then stops them
 // (in-flight activities get the worker's stop timeout to finish).
 func Run(ctx context.Context, o Options) error {
@@ -92,10 +76,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff, DeliverConcurrency: o.DeliverConcurrency}
 	if o.Redis != nil {
-		acts.Gate = gate.New(o.Redis, o.GateTTL)
+		acts.Staging = staging.New(o.Redis, o.GateTTL)
+		if !o.DisableDedup {
+			acts.Gate = gate.New(o.Redis, o.GateTTL)
+		}
 	}
-	if o.Redis == nil || o.DisableDedup {
-		acts.DisableDedup = true
+	if acts.Gate == nil {
 		log.Warn("dedup gate is OFF: duplicates are not suppressed")
 	}
 	slots := o.BatchSlots
@@ -111,12 +97,12 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 	for _, q := range o.Queues {
-		tq, err := TaskQueue(q)
+		tq, err := vocab.TaskQueue(q)
 		if err != nil {
 			return err
 		}
 		var w worker.Worker
-		if q == QueueEvents {
+		if q == vocab.QueueEvents {
 			w = worker.New(o.Client, tq, worker.Options{
 				MaxConcurrentActivityExecutionSize: 64,
 				// More pollers than the default two: event processing is
@@ -126,7 +112,7 @@ func Run(ctx context.Context, o Options) error {
 				WorkerStopTimeout:                10 * time.Second,
 				Interceptors:                     icps,
 			})
-			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: fanout.FanoutWorkflowName})
+			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
 		} else {
 			n := slots
 			if q == string(fanout.PriorityLow) {
@@ -142,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 				WorkerStopTimeout:                  10 * time.Second,
 				Interceptors:                       icps,
 			})
-			w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: fanout.DeliveryBatchWorkflow})
+			w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: vocab.DeliveryBatchWorkflow})
 		}
 		w.RegisterActivity(acts)
 		if err := w.Start(); err != nil {

@@ -14,20 +14,11 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // a is the nil receiver through which workflows name activities.
 var a *activities.Activities
-
-// Search attribute keys set by the bridge and upserted by Fanout.
-var (
-	EventTypeKey = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrEventType)
-	PriorityKey  = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrPriority)
-	StatusKey    = temporal.NewSearchAttributeKeyKeyword(fanout.SearchAttrStatus)
-	FoundKey     = temporal.NewSearchAttributeKeyInt64(fanout.SearchAttrFound)
-	DeliveredKey = temporal.NewSearchAttributeKeyInt64(fanout.SearchAttrDelivered)
-	FailedKey    = temporal.NewSearchAttributeKeyInt64(fanout.SearchAttrFailed)
-)
 
 // countsUpsertInterval throttles the upserts of the count search attributes
 // (each is a history event and a visibility write).
@@ -90,13 +81,6 @@ type FanoutResult struct {
 	Progress
 }
 
-// Update names and their arguments.
-const (
-	PauseUpdate   = "pause"
-	ResumeUpdate  = "resume"
-	SetRateUpdate = "set-rate"
-)
-
 // fanoutRun is one run of the Fanout workflow.
 type fanoutRun struct {
 	ctx        workflow.Context
@@ -140,7 +124,7 @@ func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
 }
 
 func (r *fanoutRun) registerHandlers() error {
-	if err := workflow.SetQueryHandler(r.ctx, fanout.ProgressQuery, func() (Progress, error) {
+	if err := workflow.SetQueryHandler(r.ctx, vocab.ProgressQuery, func() (Progress, error) {
 		return r.prog, nil
 	}); err != nil {
 		return err
@@ -151,11 +135,11 @@ func (r *fanoutRun) registerHandlers() error {
 		}
 		return nil
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, PauseUpdate, func(ctx workflow.Context, reason string) (Progress, error) {
+	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.PauseUpdate, func(ctx workflow.Context, reason string) (Progress, error) {
 		r.prog.Paused = true
 		workflow.GetLogger(ctx).Info("paused", "reason", reason)
 		r.setDetails()
-		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, StatusKey.ValueSet(fanout.StatusPaused))
+		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(vocab.StatusPaused))
 	}, workflow.UpdateHandlerOptions{Validator: func(reason string) error {
 		if r.prog.Paused {
 			return errors.New("already paused")
@@ -164,11 +148,11 @@ func (r *fanoutRun) registerHandlers() error {
 	}}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, ResumeUpdate, func(ctx workflow.Context) (Progress, error) {
+	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.ResumeUpdate, func(ctx workflow.Context) (Progress, error) {
 		r.prog.Paused = false
 		r.wake.SendAsync(true)
 		r.setDetails()
-		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, StatusKey.ValueSet(fanout.StatusRunning))
+		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(vocab.StatusRunning))
 	}, workflow.UpdateHandlerOptions{Validator: func() error {
 		if !r.prog.Paused {
 			return errors.New("not paused")
@@ -177,7 +161,7 @@ func (r *fanoutRun) registerHandlers() error {
 	}}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(r.ctx, SetRateUpdate, func(ctx workflow.Context, perSecond float64) (Progress, error) {
+	return workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.SetRateUpdate, func(ctx workflow.Context, perSecond float64) (Progress, error) {
 		r.prog.Rate = perSecond
 		r.wake.SendAsync(true)
 		r.setDetails()
@@ -228,7 +212,7 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		if in.Event.Priority == "" {
 			// The bridge set type and status at start; the default priority
 			// is only known now.
-			if err := workflow.UpsertTypedSearchAttributes(ctx, PriorityKey.ValueSet(string(r.st.Priority))); err != nil {
+			if err := workflow.UpsertTypedSearchAttributes(ctx, vocab.PriorityKey.ValueSet(string(r.st.Priority))); err != nil {
 				return FanoutResult{}, err
 			}
 		}
@@ -325,8 +309,8 @@ func (r *fanoutRun) beforeBatch(k int) bool {
 func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities.BatchRef) {
 	ctx, st, opts := r.ctx, r.st, r.st.Options
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            fanout.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
-		TaskQueue:             fanout.DeliveryTaskQueue(st.Priority),
+		WorkflowID:            vocab.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
+		TaskQueue:             vocab.DeliveryTaskQueue(st.Priority),
 		WorkflowRunTimeout:    24 * time.Hour,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
@@ -335,7 +319,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		Event:       batchEvent(r.in.Event, ref),
 		Priority:    st.Priority,
 		BatchNo:     n,
-		AttemptID:   fanout.AttemptID(r.in.Event.ID, n),
+		AttemptID:   vocab.AttemptID(r.in.Event.ID, n),
 		Recipients:  recips,
 		Ref:         ref,
 		Message:     st.Message,
@@ -457,7 +441,7 @@ func (r *fanoutRun) maybeUpsertCounts() {
 
 func (r *fanoutRun) countUpdates() []temporal.SearchAttributeUpdate {
 	return []temporal.SearchAttributeUpdate{
-		FoundKey.ValueSet(r.prog.Found), DeliveredKey.ValueSet(r.prog.Delivered), FailedKey.ValueSet(r.prog.Failed),
+		vocab.FoundKey.ValueSet(r.prog.Found), vocab.DeliveredKey.ValueSet(r.prog.Delivered), vocab.FailedKey.ValueSet(r.prog.Failed),
 	}
 }
 
@@ -502,10 +486,10 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		r.setDetails()
 		var res activities.DeliverBatchResult
 		in := activities.DeliverBatchInput{
-			Event: batchEvent(ev, nil), Priority: st.Priority, AttemptID: fanout.AttemptID(ev.ID, 0), Recipients: recips,
+			Event: batchEvent(ev, nil), Priority: st.Priority, AttemptID: vocab.AttemptID(ev.ID, 0), Recipients: recips,
 			Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
 		}
-		dctx := deliverContext(ctx, st.Options.DeliverTimeout, fanout.DeliveryTaskQueue(st.Priority))
+		dctx := deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority))
 		var err error
 		if len(recips) <= st.Options.LocalDeliveryMax {
 			lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
@@ -549,20 +533,20 @@ func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
 // returns.
 func (r *fanoutRun) finish(err error) (FanoutResult, error) {
 	ctx, prog := r.ctx, r.prog
-	status := fanout.StatusCompleted
+	status := vocab.StatusCompleted
 	if err == nil && prog.Failed > 0 {
-		status = fanout.StatusCompletedWithFailures
+		status = vocab.StatusCompletedWithFailures
 	}
 	var canceled *temporal.CanceledError
 	switch {
 	case errors.As(err, &canceled) || (err != nil && ctx.Err() != nil):
-		status = fanout.StatusCanceled
+		status = vocab.StatusCanceled
 	case err != nil:
-		status = fanout.StatusFailed
+		status = vocab.StatusFailed
 	}
 	r.setDetails()
 	uctx, _ := workflow.NewDisconnectedContext(ctx)
-	if uerr := workflow.UpsertTypedSearchAttributes(uctx, append(r.countUpdates(), StatusKey.ValueSet(status))...); uerr != nil {
+	if uerr := workflow.UpsertTypedSearchAttributes(uctx, append(r.countUpdates(), vocab.StatusKey.ValueSet(status))...); uerr != nil {
 		return FanoutResult{Progress: prog}, fmt.Errorf("upsert status: %w (after %v)", uerr, err)
 	}
 	if err == nil {

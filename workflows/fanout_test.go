@@ -22,6 +22,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // The tests run Fanout and its DeliveryBatch children in the Temporal test
@@ -109,7 +110,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(Fanout)
 	env.RegisterWorkflow(DeliveryBatch)
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: fanout.WorkflowID(fx.Event.Type, fx.Event.ID), TaskQueue: fanout.EventsTaskQueue})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: vocab.WorkflowID(fx.Event.Type, fx.Event.ID), TaskQueue: vocab.EventsTaskQueue})
 	wantOpts := fx.Options.WithDefaults()
 	rec.mu.Lock()
 	rec.pages = 0
@@ -188,7 +189,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			if in.Ref != nil {
 				// A staged batch: the workflow passed only the ref.
 				if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
-					in.AttemptID != fanout.AttemptID(fx.Event.ID, in.Ref.N) {
+					in.AttemptID != vocab.AttemptID(fx.Event.ID, in.Ref.N) {
 					rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: bad ref %+v", in.AttemptID, in.Ref))
 				}
 				// A staged batch keeps the payload: it may have to fetch its
@@ -251,13 +252,13 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		sa := args.Get(0).(temporal.SearchAttributes)
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
-		if v, ok := sa.GetKeyword(StatusKey); ok {
+		if v, ok := sa.GetKeyword(vocab.StatusKey); ok {
 			rec.status = v
 		}
-		if v, ok := sa.GetKeyword(PriorityKey); ok {
+		if v, ok := sa.GetKeyword(vocab.PriorityKey); ok {
 			rec.priority = v
 		}
-		if v, ok := sa.GetKeyword(EventTypeKey); ok {
+		if v, ok := sa.GetKeyword(vocab.EventTypeKey); ok {
 			rec.eventType = v
 		}
 	})
@@ -300,7 +301,7 @@ func runToResult(t *testing.T, env *testsuite.TestWorkflowEnvironment, in Fanout
 
 func queryProgress(t *testing.T, env *testsuite.TestWorkflowEnvironment) Progress {
 	t.Helper()
-	v, err := env.QueryWorkflow(fanout.ProgressQuery)
+	v, err := env.QueryWorkflow(vocab.ProgressQuery)
 	if err != nil {
 		t.Fatalf("query: %v", err)
 	}
@@ -326,9 +327,9 @@ func checkDelivery(t *testing.T, rec *recorder, ev fanout.Event, n, batches int,
 	}
 	var all []string
 	for b := range batches {
-		ids, ok := rec.attempts[fanout.AttemptID(ev.ID, b)]
+		ids, ok := rec.attempts[vocab.AttemptID(ev.ID, b)]
 		if !ok {
-			t.Errorf("no DeliverBatch with attempt id %q", fanout.AttemptID(ev.ID, b))
+			t.Errorf("no DeliverBatch with attempt id %q", vocab.AttemptID(ev.ID, b))
 		}
 		all = append(all, ids...)
 	}
@@ -347,12 +348,12 @@ func checkDelivery(t *testing.T, rec *recorder, ev fanout.Event, n, batches int,
 			t.Errorf("recipient %s delivered %d times", id, c)
 		}
 	}
-	wf := fanout.WorkflowID(ev.Type, ev.ID)
+	wf := vocab.WorkflowID(ev.Type, ev.ID)
 	// A single-batch event delivers without a child workflow.
 	wantKids := []string{}
 	for b := range batches {
 		if !inline {
-			wantKids = append(wantKids, fanout.BatchWorkflowID(wf, b))
+			wantKids = append(wantKids, vocab.BatchWorkflowID(wf, b))
 		}
 	}
 	gotKids := append([]string{}, slices.Sorted(slices.Values(rec.childIDs))...)
@@ -407,7 +408,7 @@ func TestFanoutPaging(t *testing.T) {
 			}
 			// The bridge sets the event type at start; the workflow only
 			// upserts the default priority and the final status.
-			if rec.status != fanout.StatusCompleted || rec.eventType != "" {
+			if rec.status != vocab.StatusCompleted || rec.eventType != "" {
 				t.Errorf("search attributes: status %q event type %q", rec.status, rec.eventType)
 			}
 		})
@@ -476,7 +477,7 @@ func TestFanoutContinueAsNew(t *testing.T) {
 			}
 			break
 		}
-		if can.WorkflowType == nil || can.WorkflowType.Name != fanout.FanoutWorkflowName {
+		if can.WorkflowType == nil || can.WorkflowType.Name != vocab.FanoutWorkflow {
 			t.Fatalf("run %d continues as %v", run, can.WorkflowType)
 		}
 		var next FanoutInput
@@ -518,7 +519,7 @@ func TestFanoutContinueAsNew(t *testing.T) {
 	if rec.prepares != 1 {
 		t.Errorf("Prepare called %d times over the runs, want 1", rec.prepares)
 	}
-	if len(rec.childQueues) != 1 || !rec.childQueues[fanout.DeliveryTaskQueue(fanout.PriorityLow)] {
+	if len(rec.childQueues) != 1 || !rec.childQueues[vocab.DeliveryTaskQueue(fanout.PriorityLow)] {
 		t.Errorf("children ran on task queues %v", rec.childQueues)
 	}
 }
@@ -593,8 +594,8 @@ func TestFanoutDeliveryOutcomes(t *testing.T) {
 	if res.Failed != wantFailed || res.Duplicates != wantDup || res.Delivered != n-wantFailed-wantDup || res.Found != n {
 		t.Errorf("result %+v, want Failed %d Duplicates %d Delivered %d", res.Progress, wantFailed, wantDup, n-wantFailed-wantDup)
 	}
-	if rec.status != fanout.StatusCompletedWithFailures {
-		t.Errorf("status %q, want %q", rec.status, fanout.StatusCompletedWithFailures)
+	if rec.status != vocab.StatusCompletedWithFailures {
+		t.Errorf("status %q, want %q", rec.status, vocab.StatusCompletedWithFailures)
 	}
 }
 
@@ -602,7 +603,7 @@ func TestFanoutFailedBatch(t *testing.T) {
 	// The DeliverBatch of batch 2 fails for good: its child workflow fails,
 	// its recipients count as failed (with the error in the progress), the
 	// other batches still run and the fan-out completes with failures.
-	bad := fanout.AttemptID("ev-badbatch", 2)
+	bad := vocab.AttemptID("ev-badbatch", 2)
 	fx := fixture{Event: testEvent("ev-badbatch"), Audience: 500, Options: fanout.TypeOptions{BatchSize: 100, PageSize: 200, Window: 2},
 		DeliverDelay: time.Minute,
 		DeliverErr: func(in activities.DeliverBatchInput) error {
@@ -626,8 +627,8 @@ func TestFanoutFailedBatch(t *testing.T) {
 	if p != want {
 		t.Errorf("progress %+v\nwant     %+v", p, want)
 	}
-	if rec.status != fanout.StatusCompletedWithFailures {
-		t.Errorf("status %q, want %q", rec.status, fanout.StatusCompletedWithFailures)
+	if rec.status != vocab.StatusCompletedWithFailures {
+		t.Errorf("status %q, want %q", rec.status, vocab.StatusCompletedWithFailures)
 	}
 }
 
@@ -648,8 +649,8 @@ func TestFanoutPrepareFails(t *testing.T) {
 	if rec.prepares != 1 || rec.pages != 0 || len(rec.childIDs) != 0 {
 		t.Errorf("Prepare %d calls, RecipientsPage %d calls, %d children; want 1, 0, 0", rec.prepares, rec.pages, len(rec.childIDs))
 	}
-	if rec.status != fanout.StatusFailed {
-		t.Errorf("status %q, want %q", rec.status, fanout.StatusFailed)
+	if rec.status != vocab.StatusFailed {
+		t.Errorf("status %q, want %q", rec.status, vocab.StatusFailed)
 	}
 }
 
@@ -672,7 +673,7 @@ func TestFanoutPriority(t *testing.T) {
 			rec := newRecorder()
 			env := newEnv(t, fx, rec)
 			runToResult(t, env, FanoutInput{Event: ev})
-			wantQ := fanout.DeliveryTaskQueue(tc.want)
+			wantQ := vocab.DeliveryTaskQueue(tc.want)
 			if len(rec.childIDs) != 3 || len(rec.childQueues) != 1 || !rec.childQueues[wantQ] {
 				t.Errorf("%d children on task queues %v, want 3 on %s", len(rec.childIDs), rec.childQueues, wantQ)
 			}
@@ -704,25 +705,25 @@ func TestFanoutLocalDelivery(t *testing.T) {
 		failed     int64
 	}{
 		{name: "fits", n: 20, localMax: 100,
-			want: []deliverCall{{local: true, queue: fanout.EventsTaskQueue}}},
+			want: []deliverCall{{local: true, queue: vocab.EventsTaskQueue}}},
 		{name: "exactly the limit", n: 100, localMax: 100,
-			want: []deliverCall{{local: true, queue: fanout.EventsTaskQueue}}},
+			want: []deliverCall{{local: true, queue: vocab.EventsTaskQueue}}},
 		{name: "over the limit", n: 101, localMax: 100,
-			want: []deliverCall{{queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+			want: []deliverCall{{queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}}},
 		{name: "off", n: 20, localMax: -1,
-			want: []deliverCall{{queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+			want: []deliverCall{{queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}}},
 		{name: "not resolved by Prepare (an older history)", n: 20, localMax: 0,
-			want: []deliverCall{{queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+			want: []deliverCall{{queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}}},
 		{name: "transient failure goes to the delivery queue after its delay", n: 20, localMax: 100,
 			failFirst:  temporal.NewApplicationErrorWithOptions("sink 503", "Transient", temporal.ApplicationErrorOptions{NextRetryDelay: retryIn}),
-			want:       []deliverCall{{local: true, queue: fanout.EventsTaskQueue}, {queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}},
+			want:       []deliverCall{{local: true, queue: vocab.EventsTaskQueue}, {queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}},
 			minElapsed: retryIn},
 		{name: "crash-like failure goes to the delivery queue at once", n: 20, localMax: 100,
 			failFirst: errors.New("redis: connection refused"),
-			want:      []deliverCall{{local: true, queue: fanout.EventsTaskQueue}, {queue: fanout.DeliveryTaskQueue(fanout.PriorityHigh)}}},
+			want:      []deliverCall{{local: true, queue: vocab.EventsTaskQueue}, {queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}}},
 		{name: "non-retryable failure is not tried again", n: 20, localMax: 100,
 			failFirst: temporal.NewNonRetryableApplicationError("unknown event type", "UnknownType", nil),
-			want:      []deliverCall{{local: true, queue: fanout.EventsTaskQueue}}, failed: 20},
+			want:      []deliverCall{{local: true, queue: vocab.EventsTaskQueue}}, failed: 20},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,14 +16,14 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
-	"github.com/fanout/fanout/internal/replay"
 	"github.com/fanout/fanout/workflows"
+	"github.com/fanout/fanout/workflows/replay"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // historiesDir holds histories exported from the real stack with
-// `temporal workflow show --output json` by `go run ./internal/cmd/histories`.
+// `temporal workflow show --output json` by `go run ./internal/dev/cmd/histories`.
 const historiesDir = "testdata/histories"
 
 func loadHistories(t *testing.T) []replay.History {
@@ -113,7 +113,7 @@ func TestSavedHistoriesCoverEveryPath(t *testing.T) {
 				has["child"] = true
 			case e.GetWorkflowExecutionUpdateAcceptedEventAttributes() != nil:
 				has["update:"+e.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest().GetInput().GetName()] = true
-			case e.GetActivityTaskScheduledEventAttributes() != nil && h.WorkflowType == fanout.FanoutWorkflowName &&
+			case e.GetActivityTaskScheduledEventAttributes() != nil && h.WorkflowType == vocab.FanoutWorkflow &&
 				e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == "DeliverBatch":
 				has["inline delivery"] = true
 			case e.GetActivityTaskStartedEventAttributes().GetAttempt() > 1:
@@ -130,13 +130,13 @@ func TestSavedHistoriesCoverEveryPath(t *testing.T) {
 			has["run after continue-as-new"] = true
 		}
 	}
-	for _, typ := range []string{fanout.FanoutWorkflowName, fanout.DeliveryBatchWorkflow} {
+	for _, typ := range []string{vocab.FanoutWorkflow, vocab.DeliveryBatchWorkflow} {
 		if !types[typ] {
 			t.Errorf("no %s history", typ)
 		}
 	}
 	for _, want := range []string{"local activity", "child", "inline delivery", "activity retry", "continued-as-new",
-		"run after continue-as-new", "canceled", "update:" + workflows.PauseUpdate, "update:" + workflows.ResumeUpdate, "update:" + workflows.SetRateUpdate} {
+		"run after continue-as-new", "canceled", "update:" + vocab.PauseUpdate, "update:" + vocab.ResumeUpdate, "update:" + vocab.SetRateUpdate} {
 		if !has[want] {
 			t.Errorf("no saved history has %s", want)
 		}
@@ -184,7 +184,7 @@ func TestReplayCatchesNonDeterministicChanges(t *testing.T) {
 			name: "Fanout with a timer added first",
 			file: "fanout-multibatch.json",
 			register: func(r worker.WorkflowReplayer) {
-				r.RegisterWorkflowWithOptions(fanoutWithTimerFirst, workflow.RegisterOptions{Name: fanout.FanoutWorkflowName})
+				r.RegisterWorkflowWithOptions(fanoutWithTimerFirst, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
 			},
 		},
 		{
@@ -192,7 +192,7 @@ func TestReplayCatchesNonDeterministicChanges(t *testing.T) {
 			name: "Fanout without the local activities",
 			file: "fanout-inline.json",
 			register: func(r worker.WorkflowReplayer) {
-				r.RegisterWorkflowWithOptions(fanoutWithoutLocalActivities, workflow.RegisterOptions{Name: fanout.FanoutWorkflowName})
+				r.RegisterWorkflowWithOptions(fanoutWithoutLocalActivities, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
 			},
 		},
 		{
@@ -200,7 +200,7 @@ func TestReplayCatchesNonDeterministicChanges(t *testing.T) {
 			name: "DeliveryBatch scheduling another activity",
 			file: "deliverybatch.json",
 			register: func(r worker.WorkflowReplayer) {
-				r.RegisterWorkflowWithOptions(deliveryBatchRenamedActivity, workflow.RegisterOptions{Name: fanout.DeliveryBatchWorkflow})
+				r.RegisterWorkflowWithOptions(deliveryBatchRenamedActivity, workflow.RegisterOptions{Name: vocab.DeliveryBatchWorkflow})
 			},
 		},
 		{
@@ -208,7 +208,7 @@ func TestReplayCatchesNonDeterministicChanges(t *testing.T) {
 			name: "DeliveryBatch running another activity",
 			file: "deliverybatch-retries-deadletters.json",
 			register: func(r worker.WorkflowReplayer) {
-				r.RegisterWorkflowWithOptions(deliveryBatchOtherActivityType, workflow.RegisterOptions{Name: fanout.DeliveryBatchWorkflow})
+				r.RegisterWorkflowWithOptions(deliveryBatchOtherActivityType, workflow.RegisterOptions{Name: vocab.DeliveryBatchWorkflow})
 			},
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // updateCB records an update's outcome.
@@ -39,12 +40,12 @@ func TestFanoutPauseResume(t *testing.T) {
 	env := newEnv(t, fx, rec)
 	var early, pause, again, during, resume *updateCB
 	var mid Progress
-	env.RegisterDelayedCallback(func() { early = update(env, t, ResumeUpdate) }, 10*time.Second)
-	env.RegisterDelayedCallback(func() { pause = update(env, t, PauseUpdate, "sink maintenance") }, 30*time.Second)
-	env.RegisterDelayedCallback(func() { again = update(env, t, PauseUpdate, "twice") }, 40*time.Second)
+	env.RegisterDelayedCallback(func() { early = update(env, t, vocab.ResumeUpdate) }, 10*time.Second)
+	env.RegisterDelayedCallback(func() { pause = update(env, t, vocab.PauseUpdate, "sink maintenance") }, 30*time.Second)
+	env.RegisterDelayedCallback(func() { again = update(env, t, vocab.PauseUpdate, "twice") }, 40*time.Second)
 	env.RegisterDelayedCallback(func() { mid = queryProgress(t, env) }, 5*time.Minute)
-	env.RegisterDelayedCallback(func() { during = update(env, t, SetRateUpdate, -1.0) }, 6*time.Minute)
-	env.RegisterDelayedCallback(func() { resume = update(env, t, ResumeUpdate) }, 10*time.Minute)
+	env.RegisterDelayedCallback(func() { during = update(env, t, vocab.SetRateUpdate, -1.0) }, 6*time.Minute)
+	env.RegisterDelayedCallback(func() { resume = update(env, t, vocab.ResumeUpdate) }, 10*time.Minute)
 	res := runToResult(t, env, FanoutInput{Event: fx.Event})
 
 	if early == nil || early.rejected == nil {
@@ -68,7 +69,7 @@ func TestFanoutPauseResume(t *testing.T) {
 	if res.Delivered != 1000 || res.Paused {
 		t.Errorf("result %+v", res.Progress)
 	}
-	if rec.status != fanout.StatusCompleted {
+	if rec.status != vocab.StatusCompleted {
 		t.Errorf("final status %q", rec.status)
 	}
 }
@@ -81,7 +82,7 @@ func TestFanoutRateCap(t *testing.T) {
 	rec := newRecorder()
 	env := newEnv(t, fx, rec)
 	var set *updateCB
-	env.RegisterDelayedCallback(func() { set = update(env, t, SetRateUpdate, 50.0) }, 500*time.Millisecond)
+	env.RegisterDelayedCallback(func() { set = update(env, t, vocab.SetRateUpdate, 50.0) }, 500*time.Millisecond)
 	t0 := env.Now()
 	res := runToResult(t, env, FanoutInput{Event: fx.Event})
 	if set == nil || set.rejected != nil || set.err != nil {
@@ -110,7 +111,7 @@ func TestFanoutCancelCountsWhatWasNotDelivered(t *testing.T) {
 	if p.Delivered != 200 || p.Canceled != 200 || p.Failed != 0 || p.PagingDone || p.BatchesStarted != 4 {
 		t.Errorf("after cancel: %+v, want 200 delivered, 200 canceled, paging not done, 4 batches", p)
 	}
-	if rec.status != fanout.StatusCanceled {
-		t.Errorf("status %q, want %q", rec.status, fanout.StatusCanceled)
+	if rec.status != vocab.StatusCanceled {
+		t.Errorf("status %q, want %q", rec.status, vocab.StatusCanceled)
 	}
 }

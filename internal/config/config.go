@@ -23,13 +23,34 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers/webhook"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // Kafka is the Kafka connection and topics.
 type Kafka struct {
 	Brokers     []string `env:"FANOUT_KAFKA_BROKERS" envSeparator:"," envDefault:"localhost:9092"`
-	EventsTopic string   `env:"FANOUT_EVENTS_TOPIC" envDefault:"fanout-events"`
-	EventsDLQ   string   `env:"FANOUT_EVENTS_DLQ_TOPIC" envDefault:"fanout-events-dlq"`
+	EventsTopic string   `env:"FANOUT_EVENTS_TOPIC"`
+	EventsDLQ   string   `env:"FANOUT_EVENTS_DLQ_TOPIC"`
+}
+
+// setDefaults fills the defaults that are named elsewhere (topics, queues,
+// the stock event type), so each is written once; Load applies them before
+// reading the environment.
+func (k *Kafka) setDefaults() {
+	k.EventsTopic, k.EventsDLQ = starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic
+}
+
+func (b *Bridge) setDefaults() {
+	b.Kafka.setDefaults()
+	b.EventTypes = []string{webhook.EventType}
+}
+
+func (w *Worker) setDefaults() {
+	w.DeliveriesDLQ = activities.DefaultDeliveriesDLQTopic
+	w.Queues = vocab.Queues()
 }
 
 // Redis is the Redis connection of the dedup gate.
@@ -45,9 +66,12 @@ type Bridge struct {
 	// EventTTL is how long the Redis event record keeps a fanned-out event
 	// id: longer than the events topic's retention, so a replay of the
 	// whole topic starts nothing again.
-	EventTTL        time.Duration `env:"FANOUT_EVENT_TTL" envDefault:"720h"`
-	Group           string        `env:"FANOUT_CONSUMER_GROUP" envDefault:"fanout-bridge"`
-	EventTypes      []string      `env:"FANOUT_EVENT_TYPES" envSeparator:"," envDefault:"webhook"`
+	EventTTL time.Duration `env:"FANOUT_EVENT_TTL" envDefault:"720h"`
+	Group    string        `env:"FANOUT_CONSUMER_GROUP" envDefault:"fanout-bridge"`
+	// EventTypes are the types a stand-alone bridge (`starter bridge`)
+	// accepts; the bridge inside a worker (FANOUT_BRIDGE=true) accepts the
+	// types of the worker's registry instead.
+	EventTypes      []string      `env:"FANOUT_EVENT_TYPES" envSeparator:","`
 	MaxPayloadBytes int           `env:"FANOUT_MAX_PAYLOAD_BYTES" envDefault:"262144"`
 	CommitInterval  time.Duration `env:"FANOUT_COMMIT_INTERVAL" envDefault:"200ms"`
 	LogLevel        string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
@@ -60,7 +84,7 @@ type Bridge struct {
 type Worker struct {
 	Redis
 	Brokers       []string `env:"FANOUT_KAFKA_BROKERS" envSeparator:"," envDefault:"localhost:9092"`
-	DeliveriesDLQ string   `env:"FANOUT_DELIVERIES_DLQ_TOPIC" envDefault:"fanout-deliveries-dlq"`
+	DeliveriesDLQ string   `env:"FANOUT_DELIVERIES_DLQ_TOPIC"`
 	// The stock webhook type's options (0: fanout's defaults).
 	BatchSize          int `env:"FANOUT_BATCH_SIZE"`
 	PageSize           int `env:"FANOUT_PAGE_SIZE"`
@@ -75,7 +99,7 @@ type Worker struct {
 	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
 	RetryMax     time.Duration `env:"FANOUT_RETRY_MAX" envDefault:"1m"`
 	// Queues the process serves: events and/or the priorities high, normal, low.
-	Queues []string `env:"FANOUT_QUEUES" envSeparator:"," envDefault:"events,high,normal,low"`
+	Queues []string `env:"FANOUT_QUEUES" envSeparator:","`
 	// Bridge also runs the Kafka bridge in this process (configured by the
 	// bridge's variables), starting each event eagerly on this process's
 	// events worker: its first workflow task skips Temporal's matching.
@@ -96,9 +120,12 @@ type Worker struct {
 	MetricsAddr string `env:"FANOUT_METRICS_ADDR"`
 }
 
-// Load parses the environment into cfg (a pointer to one of the structs
-// above) and validates it.
+// Load sets the defaults of cfg (a pointer to one of the structs above),
+// parses the environment into it and validates it.
 func Load[T any](cfg *T) error {
+	if d, ok := any(cfg).(interface{ setDefaults() }); ok {
+		d.setDefaults()
+	}
 	if err := env.Parse(cfg); err != nil {
 		return fmt.Errorf("config: %w", nameVars[T](err))
 	}
@@ -217,12 +244,12 @@ func (w *Worker) Validate() error {
 	if len(w.Queues) == 0 {
 		return fmt.Errorf("FANOUT_QUEUES: empty")
 	}
-	if w.Bridge && !slices.Contains(w.Queues, "events") {
+	if w.Bridge && !slices.Contains(w.Queues, vocab.QueueEvents) {
 		return fmt.Errorf("FANOUT_BRIDGE: the bridge in the worker starts events on its own events worker; add events to FANOUT_QUEUES (%s)", strings.Join(w.Queues, ","))
 	}
 	for _, q := range w.Queues {
-		if q != "events" && q != "high" && q != "normal" && q != "low" {
-			return fmt.Errorf("FANOUT_QUEUES: unknown queue %q (want events, high, normal, low)", q)
+		if _, err := vocab.TaskQueue(q); err != nil {
+			return fmt.Errorf("FANOUT_QUEUES: %w", err)
 		}
 	}
 	if w.LowPrioritySlots < 0 {
@@ -271,6 +298,25 @@ func (w *Worker) TypeOptions() fanout.TypeOptions {
 		BatchSize: w.BatchSize, PageSize: w.PageSize, Window: w.Window,
 		DeliverConcurrency: w.DeliverConcurrency, MaxAttempts: w.MaxAttempts,
 		LocalDeliveryMax: w.LocalDeliveryMax,
+	}
+}
+
+// StarterConfig is the bridge configuration of the binaries' environment.
+// types are the event types it accepts: the registry's when the bridge runs
+// in a worker, nil for FANOUT_EVENT_TYPES.
+func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, types []string) starter.Config {
+	if types == nil {
+		types = cfg.EventTypes
+	}
+	return starter.Config{
+		Brokers:        cfg.Brokers,
+		Topic:          cfg.EventsTopic,
+		GroupID:        cfg.Group,
+		DLQTopic:       cfg.EventsDLQ,
+		Validator:      starter.Validator{Types: types, MaxPayloadBytes: cfg.MaxPayloadBytes},
+		CommitInterval: cfg.CommitInterval,
+		Events:         starter.NewEventRecord(rdb, cfg.EventTTL),
+		Logger:         log,
 	}
 }
 

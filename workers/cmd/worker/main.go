@@ -19,13 +19,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/backoff"
-	"github.com/fanout/fanout/internal/bridge"
 	"github.com/fanout/fanout/internal/config"
-	"github.com/fanout/fanout/internal/dlq"
 	"github.com/fanout/fanout/internal/telemetry"
-	"github.com/fanout/fanout/internal/webhook"
+	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
+	"github.com/fanout/fanout/workers/webhook"
 )
 
 func main() {
@@ -75,7 +75,7 @@ func run() error {
 		RecipientsURL: cfg.RecipientsURL,
 		Client:        webhook.NewClient(cfg.HTTPTimeout, 256),
 	}, cfg.TypeOptions())
-	dlw := dlq.NewWriter(cfg.Brokers, cfg.DeliveriesDLQ)
+	dlw := activities.NewDeadLetterWriter(cfg.Brokers, cfg.DeliveriesDLQ)
 	defer dlw.Close()
 
 	opt, err := redis.ParseURL(cfg.URL)
@@ -89,9 +89,9 @@ func run() error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.Bridge {
-		bc := bridge.ConfigFrom(bcfg, rdb, log)
+		bc := bcfg.StarterConfig(rdb, log, reg.Types())
 		bc.TracerProvider, bc.MeterProvider, bc.Eager = tel.TracerProvider, tel.MeterProvider, true
-		g.Go(func() error { return bridge.New(bc, tc).Run(gctx) })
+		g.Go(func() error { return starter.New(bc, tc).Run(gctx) })
 	}
 	g.Go(func() error {
 		return workers.Run(gctx, workers.Options{

@@ -1,0 +1,206 @@
+//go:build integration
+
+package activities_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/activities/gate"
+	"github.com/fanout/fanout/activities/staging"
+	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+var rdb *redis.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		port, err := stack.FreePort()
+		if err != nil {
+			panic(err)
+		}
+		dir, _ := os.MkdirTemp("", "activities-test-")
+		defer os.RemoveAll(dir)
+		p, addr, err := stack.StartRedis(context.Background(), port, "", filepath.Join(dir, "redis.log"), os.Stderr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer p.Stop(5 * time.Second)
+		rdb = redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		return m.Run()
+	}())
+}
+
+func setup(t *testing.T, h *audience) (*testsuite.TestActivityEnvironment, *activities.Activities, *dlqRecorder) {
+	t.Helper()
+	h.delivered = map[string]int{}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	dl := &dlqRecorder{}
+	acts := &activities.Activities{Registry: reg, Gate: gate.New(rdb, time.Hour), Staging: staging.New(rdb, time.Hour), DeadLetters: dl}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	return env, acts, dl
+}
+
+func TestStagedBatchesAreDeliveredAndRefetchedWhenLost(t *testing.T) {
+	h := &audience{}
+	env, acts, _ := setup(t, h)
+	ev := event("stage", 250)
+	v, err := env.ExecuteActivity(acts.RecipientsPage, activities.RecipientsPageInput{Event: ev, Limit: 250, BatchSize: 100, FirstBatch: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page activities.PageResult
+	if err := v.Get(&page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Recipients) != 0 || len(page.Batches) != 3 || page.Count != 250 || page.Len() != 250 {
+		t.Fatalf("page %+v: want 3 staged batches and no inline recipients", page)
+	}
+	for i, ref := range page.Batches {
+		if ref.N != 7+i || ref.Offset != 100*i || ref.Count != min(100, 250-100*i) {
+			t.Fatalf("ref %d: %+v", i, ref)
+		}
+	}
+	// Lose the staged copy of the middle batch: it is fetched again by cursor.
+	if err := rdb.Del(context.Background(), page.Batches[1].Key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pagesBefore := h.pages
+	for _, ref := range page.Batches {
+		ref := ref
+		v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
+			Event: ev, AttemptID: vocab.AttemptID(ev.ID, ref.N), Ref: &ref, MaxAttempts: 3, Concurrency: 8})
+		if err != nil {
+			t.Fatalf("batch %d: %v", ref.N, err)
+		}
+		var res activities.DeliverBatchResult
+		if err := v.Get(&res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Delivered != ref.Count || res.Duplicates != 0 || res.Failed != 0 {
+			t.Fatalf("batch %d: %+v", ref.N, res)
+		}
+		if n, _ := rdb.Exists(context.Background(), ref.Key).Result(); n != 0 {
+			t.Errorf("batch %d: staged copy not dropped after delivery", ref.N)
+		}
+	}
+	if h.pages != pagesBefore+1 {
+		t.Errorf("get_recipients called %d times for the lost batch, want 1", h.pages-pagesBefore)
+	}
+	if len(h.delivered) != 250 {
+		t.Errorf("%d recipients delivered, want 250", len(h.delivered))
+	}
+	for id, c := range h.delivered {
+		if c != 1 {
+			t.Errorf("%s delivered %d times", id, c)
+		}
+	}
+}
+
+func TestGateSkipsWhatWasDeliveredAndDuplicates(t *testing.T) {
+	h := &audience{}
+	env, acts, _ := setup(t, h)
+	ev := event("gate", 0)
+	rs := []fanout.Recipient{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	run := func(attempt string, recips []fanout.Recipient) activities.DeliverBatchResult {
+		t.Helper()
+		v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{Event: ev, AttemptID: attempt, Recipients: recips, MaxAttempts: 3, Concurrency: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res activities.DeliverBatchResult
+		if err := v.Get(&res); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if r := run("e#0", rs); r.Delivered != 3 {
+		t.Fatalf("first run: %+v", r)
+	}
+	// A retry of the same batch (same attempt id): everything is already
+	// delivered by us, nothing is delivered again.
+	if r := run("e#0", rs); r.Delivered != 3 || r.Duplicates != 0 {
+		t.Fatalf("retry: %+v", r)
+	}
+	// Another batch holding b and d: b is a duplicate, d is new.
+	if r := run("e#1", []fanout.Recipient{{ID: "b"}, {ID: "d"}}); r.Delivered != 1 || r.Duplicates != 1 {
+		t.Fatalf("second batch: %+v", r)
+	}
+	for id, want := range map[string]int{"a": 1, "b": 1, "c": 1, "d": 1} {
+		if h.delivered[id] != want {
+			t.Errorf("%s delivered %d times, want %d", id, h.delivered[id], want)
+		}
+	}
+}
+
+func TestFailuresRetryWithJitterThenDeadLetter(t *testing.T) {
+	h := &audience{fail: func(r fanout.Recipient) error {
+		switch r.ID {
+		case "perm":
+			return fanout.Permanent(errors.New("HTTP 404"))
+		case "flaky":
+			return fanout.RetryAfter(3*time.Second, errors.New("HTTP 429"))
+		}
+		return nil
+	}}
+	env, acts, dl := setup(t, h)
+	ev := event("fail", 0)
+	in := activities.DeliverBatchInput{Event: ev, Priority: fanout.PriorityHigh, AttemptID: "f#0",
+		Recipients: []fanout.Recipient{{ID: "ok"}, {ID: "perm"}, {ID: "flaky"}}, MaxAttempts: 2, Concurrency: 3}
+	// Attempt 1: ok delivered, perm dead-lettered at once, flaky retried
+	// after its Retry-After.
+	_, err := env.ExecuteActivity(acts.DeliverBatch, in)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrDeliveryRetry || ae.NextRetryDelay() != 3*time.Second {
+		t.Fatalf("attempt 1: %v, want a retry in 3s", err)
+	}
+	if len(dl.dls) != 1 || dl.dls[0].Recipient.ID != "perm" || !dl.dls[0].Permanent || dl.dls[0].AttemptID != "f#0" || dl.dls[0].Priority != fanout.PriorityHigh {
+		t.Fatalf("dead letters after attempt 1: %+v", dl.dls)
+	}
+	// Attempt 2: flaky fails a second time, reaching MaxAttempts: dead-lettered.
+	v, err := env.ExecuteActivity(acts.DeliverBatch, in)
+	if err != nil {
+		t.Fatalf("attempt 2: %v", err)
+	}
+	var res activities.DeliverBatchResult
+	if err := v.Get(&res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Delivered != 1 || res.Failed != 2 || res.DeadLettered != 2 {
+		t.Fatalf("attempt 2: %+v", res)
+	}
+	if len(dl.dls) != 2 || dl.dls[1].Recipient.ID != "flaky" || dl.dls[1].Attempts != 2 || dl.dls[1].Permanent {
+		t.Fatalf("dead letters: %+v", dl.dls)
+	}
+	if h.delivered["ok"] != 1 {
+		t.Errorf("ok delivered %d times", h.delivered["ok"])
+	}
+	// A redrive of the same attempt id delivers the dead letters once they
+	// succeed.
+	h.fail = nil
+	in.Recipients, in.Redrive, in.Round = []fanout.Recipient{{ID: "perm"}, {ID: "flaky"}}, true, "r1"
+	v, err = env.ExecuteActivity(acts.DeliverBatch, in)
+	if err != nil {
+		t.Fatalf("redrive: %v", err)
+	}
+	if err := v.Get(&res); err != nil || res.Delivered != 2 {
+		t.Fatalf("redrive: %+v %v", res, err)
+	}
+}

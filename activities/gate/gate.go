@@ -1,0 +1,187 @@
+// Package gate is the per-recipient Redis attempt-id gate of design.md §3,
+// through which the DeliverBatch activity decides, per recipient, whether to
+// deliver.
+//
+// Before delivering to a recipient, a batch runs
+//
+//	SET fanout:r:<event>:<recipient> <attempt id> NX GET EX <ttl>
+//
+// and acts on what was there: nothing → deliver; its own attempt id → an
+// earlier try of this batch died mid-way → deliver again (the at-least-once
+// case); another attempt id → another batch holds this recipient → skip as a
+// duplicate. After a delivery succeeds the key is overwritten with a delivered
+// mark, so later tries of any batch skip it. All keys of a batch go to Redis
+// in one pipeline.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Verdict is the gate's answer for one recipient.
+type Verdict uint8
+
+const (
+	// Deliver: nobody held the recipient; this attempt now does.
+	Deliver Verdict = iota
+	// Redeliver: this attempt id already held it; an earlier try died.
+	Redeliver
+	// DeliveredByUs: this attempt id already delivered it.
+	DeliveredByUs
+	// Duplicate: another attempt holds, delivered or dead-lettered it.
+	Duplicate
+	// DeadLetteredByUs: this attempt id gave up on it and sent it to the
+	// deliveries DLQ. A redrive (same attempt id) delivers it again.
+	DeadLetteredByUs
+)
+
+// ShouldDeliver reports whether the recipient must be delivered now.
+func (v Verdict) ShouldDeliver() bool { return v == Deliver || v == Redeliver }
+
+const (
+	deliveredPrefix    = "delivered:"
+	deadLetteredPrefix = "dead:"
+)
+
+// DefaultTTL is how long a recipient's gate key lives: it must outlast every
+// retry and reset of an event.
+const DefaultTTL = 7 * 24 * time.Hour
+
+// Gate is the Redis attempt-id gate.
+type Gate struct {
+	rdb    redis.UniversalClient
+	ttl    time.Duration
+	prefix string
+}
+
+// New returns a gate with keys living ttl (DefaultTTL when zero).
+func New(rdb redis.UniversalClient, ttl time.Duration) *Gate {
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	return &Gate{rdb: rdb, ttl: ttl, prefix: "fanout:r:"}
+}
+
+// Key is the gate key of (event, recipient).
+func (g *Gate) Key(eventID, recipientID string) string {
+	return g.prefix + eventID + ":" + recipientID
+}
+
+// Acquire runs SET NX GET for every recipient of a batch in one pipeline
+// and returns one verdict per recipient, in order. With redrive, recipients
+// this attempt id dead-lettered come back as Redeliver.
+func (g *Gate) Acquire(ctx context.Context, eventID, attemptID string, recipientIDs []string, redrive bool) ([]Verdict, error) {
+	if len(recipientIDs) == 0 {
+		return nil, nil
+	}
+	pipe := g.rdb.Pipeline()
+	cmds := make([]*redis.StatusCmd, len(recipientIDs))
+	for i, id := range recipientIDs {
+		cmds[i] = pipe.SetArgs(ctx, g.Key(eventID, id), attemptID, redis.SetArgs{Mode: "NX", Get: true, TTL: g.ttl})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("gate acquire: %w", err)
+	}
+	out := make([]Verdict, len(recipientIDs))
+	for i, c := range cmds {
+		prev, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			out[i] = Deliver
+		case err != nil:
+			return nil, fmt.Errorf("gate acquire %s: %w", recipientIDs[i], err)
+		case prev == attemptID:
+			out[i] = Redeliver
+		case prev == deliveredPrefix+attemptID:
+			out[i] = DeliveredByUs
+		case prev == deadLetteredPrefix+attemptID && redrive:
+			out[i] = Redeliver
+		case prev == deadLetteredPrefix+attemptID:
+			out[i] = DeadLetteredByUs
+		default:
+			out[i] = Duplicate
+		}
+	}
+	return out, nil
+}
+
+// MarkDelivered records that attemptID delivered to the recipients.
+func (g *Gate) MarkDelivered(ctx context.Context, eventID, attemptID string, recipientIDs ...string) error {
+	if len(recipientIDs) == 0 {
+		return nil
+	}
+	pipe := g.rdb.Pipeline()
+	for _, id := range recipientIDs {
+		pipe.Set(ctx, g.Key(eventID, id), deliveredPrefix+attemptID, g.ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("gate mark delivered: %w", err)
+	}
+	return nil
+}
+
+// MarkDeadLettered records that attemptID gave up on the recipients (they
+// are in the deliveries DLQ), so retries of the batch skip them.
+func (g *Gate) MarkDeadLettered(ctx context.Context, eventID, attemptID string, recipientIDs ...string) error {
+	if len(recipientIDs) == 0 {
+		return nil
+	}
+	pipe := g.rdb.Pipeline()
+	for _, id := range recipientIDs {
+		pipe.Set(ctx, g.Key(eventID, id), deadLetteredPrefix+attemptID, g.ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("gate mark dead-lettered: %w", err)
+	}
+	return nil
+}
+
+// CountFailures adds one failed attempt for each recipient of a batch's
+// round (a round is the first run of the batch or one redrive of it) and
+// returns the totals, so attempts are counted per recipient across activity
+// retries and worker crashes.
+func (g *Gate) CountFailures(ctx context.Context, eventID, attemptID, round string, recipientIDs []string) ([]int, error) {
+	if len(recipientIDs) == 0 {
+		return nil, nil
+	}
+	key := "fanout:a:" + eventID + ":" + attemptID + ":" + round
+	pipe := g.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(recipientIDs))
+	for i, id := range recipientIDs {
+		cmds[i] = pipe.HIncrBy(ctx, key, id, 1)
+	}
+	pipe.Expire(ctx, key, g.ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("gate count failures: %w", err)
+	}
+	out := make([]int, len(cmds))
+	for i, c := range cmds {
+		out[i] = int(c.Val())
+	}
+	return out, nil
+}
+
+// Holder returns who holds a recipient's key: the attempt id, whether it
+// delivered, and whether the key exists. For tests and operators.
+func (g *Gate) Holder(ctx context.Context, eventID, recipientID string) (attemptID string, delivered, ok bool, err error) {
+	v, err := g.rdb.Get(ctx, g.Key(eventID, recipientID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, false, nil
+	}
+	if err != nil {
+		return "", false, false, err
+	}
+	if rest, found := strings.CutPrefix(v, deliveredPrefix); found {
+		return rest, true, true, nil
+	}
+	if rest, found := strings.CutPrefix(v, deadLetteredPrefix); found {
+		return rest, false, true, nil
+	}
+	return v, false, true, nil
+}

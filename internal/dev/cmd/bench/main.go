@@ -1,0 +1,190 @@
+// Command bench measures fanout on the real stack on this machine (go tool
+// task bench): the temporal dev server, kfake, redis-server, the project's
+// worker and bridge processes and a loopback HTTP sink. It prints one row
+// per scenario and writes the same numbers to -json FILE. Ratios are
+// measured side by side in one run; nothing here asserts a speed.
+//
+//	go tool task bench
+//	go tool task bench -- -quick -json out.json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fanout/fanout/internal/dev/stack"
+)
+
+// Row is one scenario's result.
+type Row struct {
+	Scenario         string             `json:"scenario"`
+	Size             int                `json:"size"`
+	Seconds          float64            `json:"seconds"`
+	DeliveriesPerSec float64            `json:"deliveries_per_sec,omitempty"`
+	EventsPerSec     float64            `json:"events_per_sec,omitempty"`
+	P50Ms            float64            `json:"p50_ms,omitempty"`
+	P99Ms            float64            `json:"p99_ms,omitempty"`
+	Ratio            float64            `json:"ratio,omitempty"`
+	RatioOf          string             `json:"ratio_of,omitempty"`
+	PeakRSSMB        map[string]float64 `json:"peak_rss_mb,omitempty"`
+	// CPUSeconds each process spent during the scenario: where the time goes.
+	CPUSeconds map[string]float64 `json:"cpu_seconds,omitempty"`
+	Notes      string             `json:"notes,omitempty"`
+}
+
+// Sizes of the scenarios at scale 1.
+type sizes struct {
+	heavy        int // recipients of the heavy event
+	huge         int // recipients of the opt-in huge event
+	lightEvents  int
+	lightAud     int
+	lightRate    float64 // events/s published in the paced light run
+	isoRate      float64 // events/s published in the isolation scenario
+	scaling      int     // recipients per scaling run
+	scaleDelay   time.Duration
+	isolationAud int // heavy event running under the isolation scenario
+}
+
+func fullSizes() sizes {
+	return sizes{huge: 5_000_000, heavy: 1_000_000, lightEvents: 2000, lightAud: 20, lightRate: 100, isoRate: 50, scaling: 40_000, scaleDelay: 25 * time.Millisecond, isolationAud: 1_000_000}
+}
+
+func (s sizes) scaled(f float64) sizes {
+	sc := func(n int) int { return max(int(float64(n)*f), 1) }
+	s.heavy, s.lightEvents, s.scaling, s.isolationAud, s.huge = sc(s.heavy), sc(s.lightEvents), sc(s.scaling), sc(s.isolationAud), sc(s.huge)
+	return s
+}
+
+var allScenarios = []string{"heavy", "floor", "light", "light-burst", "isolation", "scaling", "dedup"}
+
+// optInScenarios run only when named with -only.
+var optInScenarios = []string{"huge"}
+
+func main() {
+	quick := flag.Bool("quick", false, "every scenario at a tenth of the size")
+	jsonOut := flag.String("json", "", "write the rows as JSON to this file")
+	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+"; opt-in: "+strings.Join(optInScenarios, ",")+")")
+	keep := flag.String("dir", "", "keep logs and state in this directory")
+	lightRate := flag.Float64("light-rate", 100, "events/s published in the light scenario")
+	isoRate := flag.Float64("isolation-rate", 50, "events/s published in the isolation scenario, alone and beside the heavy event (below light's rate: at 100/s the light scenario alone keeps both cores ~90% busy)")
+	separateBridge := flag.Bool("separate-bridge", false, "run the bridge as its own process (`starter bridge`, ordinary starts) instead of inside the events worker (FANOUT_BRIDGE=true, eager starts)")
+	niceLow := flag.Int("nice-low", 19, "niceness of the low-priority delivery worker (0: same CPU priority as everything else)")
+	flag.Parse()
+	sz := fullSizes()
+	if *quick {
+		sz = sz.scaled(0.1)
+	}
+	sz.lightRate, sz.isoRate = *lightRate, *isoRate
+	want := allScenarios
+	if *only != "" {
+		want = strings.Split(*only, ",")
+		for _, w := range want {
+			if !slices.Contains(allScenarios, w) && !slices.Contains(optInScenarios, w) {
+				fmt.Fprintf(os.Stderr, "bench: unknown scenario %q (have %s)\n", w, strings.Join(allScenarios, ","))
+				os.Exit(2)
+			}
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rows, err := run(ctx, sz, want, *keep, *niceLow, *separateBridge, os.Stdout)
+	printTable(os.Stdout, rows)
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rows, "", "  ")
+		if werr := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, sz sizes, want []string, dir string, nice int, separateBridge bool, out io.Writer) ([]Row, error) {
+	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, workers, bridge)...")
+	st, err := stack.Start(ctx, stack.Options{Dir: dir, Log: out, Env: strings.Fields(os.Getenv("FANOUT_BENCH_ENV"))})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	b := &bench{st: st, sz: sz, out: out, stamp: time.Now().UTC().Format("150405")}
+	if err := b.startWorkers(separateBridge); err != nil {
+		return nil, err
+	}
+	if nice != 0 {
+		if err := st.Renice("delivery-low", nice); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "[bench] low-priority delivery worker at niceness %d\n", nice)
+	}
+	var rows []Row
+	scenarios := map[string]func(context.Context) (Row, error){
+		"heavy": b.heavy, "floor": b.floor, "light": b.lightPaced, "light-burst": b.lightBurst,
+		"isolation": b.isolation, "scaling": b.scaling, "dedup": b.dedup, "huge": b.huge,
+	}
+	for _, name := range append(allScenarios, optInScenarios...) {
+		if !slices.Contains(want, name) {
+			continue
+		}
+		fmt.Fprintf(out, "[bench %s] running\n", name)
+		start := time.Now()
+		cpu0 := b.cpuTimes()
+		row, err := scenarios[name](ctx)
+		row.CPUSeconds = diffCPU(cpu0, b.cpuTimes())
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", name, err)
+		}
+		row.Scenario = name
+		rows = append(rows, row)
+		fmt.Fprintf(out, "[bench %s] done in %v\n", name, time.Since(start).Round(100*time.Millisecond))
+	}
+	return rows, nil
+}
+
+func printTable(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tpeak RSS MB\tCPU s\tnotes")
+	for _, r := range rows {
+		ratio := ""
+		if r.RatioOf != "" {
+			ratio = fmt.Sprintf("%.2f (%s)", r.Ratio, r.RatioOf)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
+			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratio, rss(r.PeakRSSMB), rss(r.CPUSeconds), r.Notes)
+	}
+	tw.Flush()
+}
+
+func num(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", f)
+}
+
+func rss(m map[string]float64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,370 @@
+// Package devstack starts the real components fanout runs against in
+// development, tests and benchmarks: the Temporal dev server (from the temporal
+// CLI built once from a pinned tool module), redis-server, and the embedded
+// kfake Kafka broker. Processes run in their own process groups and are killed
+// with their parent.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.temporal.io/sdk/client"
+
+	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+// TemporalCLIVersion is the pinned temporal CLI (internal/tools/temporalcli/go.mod).
+const TemporalCLIVersion = "v1.5.1"
+
+// RepoRoot finds the repository root (the directory of fanout's go.mod)
+// from the working directory upwards.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module github.com/fanout/fanout\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the fanout repository")
+		}
+		dir = parent
+	}
+}
+
+// BinDir is the ignored folder for built tools and binaries.
+func BinDir(root string) string { return filepath.Join(root, ".bin") }
+
+// EnsureTemporalCLI builds the pinned temporal CLI into .bin once and returns
+// its path. `go tool task temporal-cli` builds it before the tests; should
+// several processes get here without it (test packages run in parallel), a
+// lock on .bin makes one build it and the others wait for it.
+func EnsureTemporalCLI(ctx context.Context, root string, progress io.Writer) (string, error) {
+	bin := filepath.Join(BinDir(root), "temporal")
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	return bin, withBinLock(root, func() error {
+		if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+			return nil // built by another process meanwhile
+		}
+		fmt.Fprintf(progress, "building the temporal CLI %s once into %s (several minutes on 2 cores)...\n", TemporalCLIVersion, bin)
+		tmp := fmt.Sprintf("%s.tmp.%d", bin, os.Getpid())
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, "github.com/temporalio/cli/cmd/temporal")
+		cmd.Dir = filepath.Join(root, "internal", "tools", "temporalcli")
+		cmd.Stdout, cmd.Stderr = progress, progress
+		if err := cmd.Run(); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("build temporal CLI: %w", err)
+		}
+		return os.Rename(tmp, bin)
+	})
+}
+
+// withBinLock runs fn holding an exclusive lock on .bin, so that builds into
+// it from parallel test processes never interleave.
+func withBinLock(root string, fn func() error) error {
+	if err := os.MkdirAll(BinDir(root), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(BinDir(root), ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return fn()
+}
+
+// FreePort returns a free TCP port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// PortFree reports whether nothing listens on 127.0.0.1:port.
+func PortFree(port int) bool {
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+	if err != nil {
+		return true
+	}
+	c.Close()
+	return false
+}
+
+// Proc is a child process in its own process group.
+type Proc struct {
+	Name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+// Start runs bin with args and env (added to the current environment),
+// logging its output to logPath (or discarding it when empty).
+func StartProc(name, logPath, bin string, args, env []string) (*Proc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if logPath != "" {
+		f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = f, f
+		defer f.Close()
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Done is closed when the process ends.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Stop sends SIGTERM to the process group and SIGKILL after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	if p == nil || p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.Kill()
+	}
+}
+
+// Kill sends SIGKILL to the process group and waits for the process.
+func (p *Proc) Kill() {
+	if p == nil || p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// TemporalOptions configure the dev server.
+type TemporalOptions struct {
+	Port     int    // gRPC frontend
+	UIPort   int    // 0: headless
+	DBFile   string // "": in memory
+	LogPath  string
+	Bin      string // the temporal CLI
+	Headless bool
+	// MetricsPort serves the server's Prometheus metrics on
+	// http://127.0.0.1:<port>/metrics (0: none).
+	MetricsPort int
+}
+
+// StartTemporal starts `temporal server start-dev` and waits until it serves.
+func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error) {
+	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--log-level", "warn"}
+	if o.Headless || o.UIPort == 0 {
+		args = append(args, "--headless")
+	} else {
+		args = append(args, "--ui-port", strconv.Itoa(o.UIPort))
+	}
+	if o.MetricsPort != 0 {
+		args = append(args, "--metrics-port", strconv.Itoa(o.MetricsPort))
+	}
+	if o.DBFile != "" {
+		// WAL without fsync per commit: state survives a kill of the server
+		// (the OS keeps the writes), which is what restarts here need, at a
+		// fraction of the cost of fsync on every history write.
+		args = append(args, "--db-filename", o.DBFile, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off")
+	}
+	// One partition per task queue: on a single-node dev server more
+	// partitions only add forwarding between them.
+	args = append(args,
+		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
+	for _, sa := range vocab.SearchAttributes() {
+		args = append(args, "--search-attribute", sa.Name+"="+vocab.TypeName(sa.Type))
+	}
+	p, err := StartProc("temporal", o.LogPath, o.Bin, args, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", o.Port)
+	if err := WaitTemporal(ctx, addr, p); err != nil {
+		p.Kill()
+		return nil, "", err
+	}
+	// --search-attribute registers only when the database is created; a
+	// dev database from an older fanout lacks the newer attributes.
+	if err := ensureSearchAttributes(ctx, addr); err != nil {
+		p.Kill()
+		return nil, "", err
+	}
+	return p, addr, nil
+}
+
+// WaitTemporal waits until the Temporal frontend at addr answers a health check.
+func WaitTemporal(ctx context.Context, addr string, p *Proc) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if p != nil && p.Exited() {
+			return fmt.Errorf("temporal dev server exited during start-up (see its log)")
+		}
+		c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}})
+		if err == nil {
+			_, herr := c.CheckHealth(ctx, &client.CheckHealthRequest{})
+			c.Close()
+			if herr == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("temporal dev server at %s not ready after 90s", addr)
+}
+
+func ensureSearchAttributes(ctx context.Context, addr string) error {
+	c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := vocab.Ensure(ctx, c.OperatorService(), "default", vocab.SearchAttributes()); err != nil {
+		return fmt.Errorf("register search attributes: %w", err)
+	}
+	return nil
+}
+
+// EnsureRedisServer returns the redis-server path, installing the Debian
+// package when it is missing and we are root.
+func EnsureRedisServer(progress io.Writer) (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	if os.Geteuid() != 0 {
+		return "", errors.New("redis-server not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-server; macOS: brew install redis)")
+	}
+	fmt.Fprintln(progress, "redis-server not found; installing it with apt-get...")
+	for _, args := range [][]string{{"update"}, {"install", "-y", "redis-server"}} {
+		cmd := exec.Command("apt-get", args...)
+		cmd.Stdout, cmd.Stderr = progress, progress
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("apt-get %s: %w (install redis-server by hand)", strings.Join(args, " "), err)
+		}
+	}
+	return exec.LookPath("redis-server")
+}
+
+// StartRedis starts redis-server on 127.0.0.1:port without persistence (or
+// with an append-only file in dir when dir is set) and waits until it answers.
+func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.Writer) (*Proc, string, error) {
+	bin, err := EnsureRedisServer(progress)
+	if err != nil {
+		return nil, "", err
+	}
+	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--protected-mode", "no"}
+	if dir != "" {
+		args = append(args, "--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	p, err := StartProc("redis", logPath, bin, args, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := 0; ; i++ {
+		if p.Exited() {
+			return nil, "", fmt.Errorf("redis-server exited at start (port %d busy?)", port)
+		}
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return p, addr, nil
+		}
+		if i > 100 || ctx.Err() != nil {
+			p.Kill()
+			return nil, "", fmt.Errorf("redis-server on %s not ready", addr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Topics of the dev stack and their partition counts.
+var Topics = map[string]int32{
+	starter.DefaultEventsTopic:           4,
+	starter.DefaultEventsDLQTopic:        1,
+	activities.DefaultDeliveriesDLQTopic: 1,
+}
+
+// StartKafka starts the embedded kfake broker on 127.0.0.1:port with the
+// dev topics (events topic with 4 partitions).
+func StartKafka(port int) (*kfake.Cluster, string, error) {
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1)}
+	for _, t := range []string{starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic, activities.DefaultDeliveriesDLQTopic} {
+		opts = append(opts, kfake.SeedTopics(Topics[t], t))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, "", fmt.Errorf("start kfake on %d: %w", port, err)
+	}
+	return c, c.ListenAddrs()[0], nil
+}
+
+// QuietLogger discards Temporal client logs.
+type QuietLogger struct{}
+
+func (QuietLogger) Debug(string, ...any) {}
+func (QuietLogger) Info(string, ...any)  {}
+func (QuietLogger) Warn(string, ...any)  {}
+func (QuietLogger) Error(string, ...any) {}

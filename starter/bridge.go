@@ -1,0 +1,336 @@
+// Package starter is fanout's starting stage, the Kafka front door. Its
+// Bridge consumes the events topic in a consumer group, validates each record
+// (envelope.go), starts one Fanout workflow per event with the start options
+// of StartOptions (the workflow id derives from the event's type and id, so
+// redeliveries start nothing new; the Redis EventRecord covers the time after
+// Temporal's retention), sends bad records to the events DLQ topic with their
+// reason, and commits an offset only after the record's start was
+// acknowledged, known to be a duplicate, or its dead letter was written.
+//
+// It also holds the other ways work is started: Publisher (events onto the
+// events topic), RedriveDeliveries (DeliveryBatch workflows for dead letters)
+// and RedriveEvents (the events DLQ back onto the events topic). The command
+// is in cmd/starter.
+package starter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/backoff"
+	"github.com/fanout/fanout/workflows"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+// Kafka topics used by default (FANOUT_EVENTS_TOPIC, FANOUT_EVENTS_DLQ_TOPIC).
+const (
+	DefaultEventsTopic    = "fanout-events"
+	DefaultEventsDLQTopic = "fanout-events-dlq"
+)
+
+// DLQ record headers.
+const (
+	HeaderReason          = "fanout-dlq-reason"
+	HeaderError           = "fanout-dlq-error"
+	HeaderSourceTopic     = "fanout-source-topic"
+	HeaderSourcePartition = "fanout-source-partition"
+	HeaderSourceOffset    = "fanout-source-offset"
+	HeaderDeadLetteredAt  = "fanout-dlq-time"
+)
+
+// Config configures a Bridge.
+type Config struct {
+	Brokers        []string
+	Topic          string
+	GroupID        string
+	DLQTopic       string
+	Validator      Validator
+	CommitInterval time.Duration // 0: commit each record synchronously
+	// Dialer is used for TLS/SASL; nil means plain TCP.
+	Dialer *kafka.Dialer
+	// Transport is used by the DLQ writer for TLS/SASL; nil means plain TCP.
+	Transport kafka.RoundTripper
+	// Events is the Redis record of started events, so a replay after
+	// Temporal's retention starts nothing; nil relies on Temporal's id
+	// policies only.
+	Events *EventRecord
+	Logger *slog.Logger
+	// TracerProvider and MeterProvider default to the global ones. Each
+	// record gets a span, a child of the trace context in its headers; the
+	// workflow is started within it, so Temporal's tracing interceptor (on
+	// the client) carries the trace into the workflow.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	// Eager asks Temporal to hand each new workflow's first workflow task
+	// straight back to this process (eager workflow start), skipping the
+	// trip through matching. Set it when the client also runs an events
+	// worker (the worker binary with FANOUT_BRIDGE=true); without a free
+	// local worker the start is an ordinary one.
+	Eager bool
+}
+
+// Stats are the bridge's counters.
+type Stats struct {
+	Started      atomic.Int64 // workflow starts acknowledged (new or already running)
+	Duplicates   atomic.Int64 // events already fanned out (closed workflow, or the Redis event record)
+	DeadLettered atomic.Int64
+}
+
+// Bridge consumes events and starts Fanout workflows.
+type Bridge struct {
+	cfg    Config
+	tc     client.Client
+	reader *kafka.Reader
+	dlq    *kafka.Writer
+	log    *slog.Logger
+	inst   instruments
+	Stats  Stats
+}
+
+// New builds a bridge; Run starts consuming.
+func New(cfg Config, tc client.Client) *Bridge {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	rc := kafka.ReaderConfig{
+		Brokers:        cfg.Brokers,
+		Topic:          cfg.Topic,
+		GroupID:        cfg.GroupID,
+		MinBytes:       1,
+		MaxBytes:       10 << 20,
+		MaxWait:        250 * time.Millisecond,
+		CommitInterval: cfg.CommitInterval,
+		StartOffset:    kafka.FirstOffset,
+		Dialer:         cfg.Dialer,
+	}
+	return &Bridge{
+		cfg:    cfg,
+		tc:     tc,
+		reader: kafka.NewReader(rc),
+		dlq: &kafka.Writer{
+			Addr:         kafka.TCP(cfg.Brokers...),
+			Topic:        cfg.DLQTopic,
+			RequiredAcks: kafka.RequireAll,
+			BatchTimeout: 5 * time.Millisecond,
+			Transport:    cfg.Transport,
+		},
+		log:  log,
+		inst: newInstruments(cfg.TracerProvider, cfg.MeterProvider),
+	}
+}
+
+// Run consumes until ctx is canceled, then finishes the records in hand,
+// commits them and returns. Each partition is processed in order by its own
+// goroutine, partitions concurrently. It logs when it starts and, with its
+// counts, when it stops.
+func (b *Bridge) Run(ctx context.Context) error {
+	b.log.Info("bridge consuming", "brokers", b.cfg.Brokers, "topic", b.cfg.Topic, "group", b.cfg.GroupID,
+		"types", b.cfg.Validator.Types, "eager", b.cfg.Eager)
+	defer func() {
+		b.log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
+	}()
+	defer b.dlq.Close()
+	defer b.reader.Close()
+	// work outlives ctx so records in hand are finished, not half-done.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	var wg sync.WaitGroup
+	lanes := map[int]chan kafka.Message{}
+	defer func() {
+		for _, ch := range lanes {
+			close(ch)
+		}
+		wg.Wait()
+	}()
+	for {
+		m, err := b.reader.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("fetch: %w", err)
+		}
+		ch, ok := lanes[m.Partition]
+		if !ok {
+			ch = make(chan kafka.Message, 256)
+			lanes[m.Partition] = ch
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for m := range ch {
+					if ctx.Err() != nil {
+						continue // left uncommitted: redelivered later
+					}
+					b.handle(ctx, work, m)
+				}
+			}()
+		}
+		select {
+		case ch <- m:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// handle processes one record and commits it. It retries the Temporal start
+// and the DLQ write until they succeed or ctx (the consumer's) is canceled;
+// on cancel the record is left uncommitted, to be redelivered.
+func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
+	work, span := b.startSpan(work, m)
+	defer span.End()
+	ev, perr := b.cfg.Validator.Parse(m)
+	if perr == nil {
+		span.SetAttributes(attribute.String("fanout.event.id", ev.ID), attribute.String("fanout.event.type", ev.Type))
+	}
+	for attempt := 1; ; attempt++ {
+		var err error
+		if perr != nil {
+			err = b.deadLetter(work, m, perr)
+		} else {
+			err = b.start(work, ev)
+		}
+		if err == nil {
+			break
+		}
+		span.RecordError(err)
+		d := backoff.Default.Delay(attempt, 0, nil)
+		b.log.Warn("record not processed yet; retrying", "partition", m.Partition, "offset", m.Offset, "err", err, "retry_in", d)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			span.SetStatus(codes.Error, "stopped before the record was handled")
+			return
+		}
+	}
+	if err := b.reader.CommitMessages(work, m); err != nil {
+		// The record was handled; if the commit is lost (a rebalance moved
+		// the partition), its redelivery is recognised as a duplicate.
+		b.log.Warn("commit failed", "partition", m.Partition, "offset", m.Offset, "err", err)
+	}
+}
+
+// StartOptions are the options of an event's Fanout workflow start.
+func StartOptions(ev fanout.Event) client.StartWorkflowOptions {
+	sa := []temporal.SearchAttributeUpdate{
+		vocab.EventTypeKey.ValueSet(ev.Type),
+		vocab.StatusKey.ValueSet(vocab.StatusRunning),
+	}
+	if ev.Priority != "" {
+		sa = append(sa, vocab.PriorityKey.ValueSet(string(ev.Priority)))
+	}
+	return client.StartWorkflowOptions{
+		ID:                       vocab.WorkflowID(ev.Type, ev.ID),
+		TaskQueue:                vocab.EventsTaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		// A closed workflow with this id must come back as an error, not as
+		// a handle to the old run, so the bridge can count the duplicate.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
+		StaticSummary:                            fmt.Sprintf("%s event %s (priority %s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default")),
+	}
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// StartEvent starts the Fanout workflow of ev, or finds it already started;
+// eagerly (see Config.Eager) if asked. duplicate is true when the workflow
+// had already closed.
+func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event, eager bool) (duplicate bool, err error) {
+	opts := StartOptions(ev)
+	opts.EnableEagerStart = eager
+	_, err = tc.ExecuteWorkflow(ctx, opts, workflows.Fanout, workflows.FanoutInput{Event: ev})
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) {
+		return true, nil
+	}
+	return false, err
+}
+
+func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	wid := vocab.WorkflowID(ev.Type, ev.ID)
+	if b.cfg.Events != nil {
+		seen, err := b.cfg.Events.Seen(sctx, wid)
+		if err != nil {
+			return err
+		}
+		if seen {
+			b.Stats.Duplicates.Add(1)
+			b.count(ctx, OutcomeDuplicate, "")
+			return nil
+		}
+	}
+	dup, err := StartEvent(sctx, b.tc, ev, b.cfg.Eager)
+	if err != nil {
+		return fmt.Errorf("start workflow for event %s: %w", ev.ID, err)
+	}
+	if b.cfg.Events != nil {
+		// Recorded after the start: a crash in between only means the
+		// redelivery finds the workflow through Temporal's id policies.
+		if _, err := b.cfg.Events.Record(sctx, wid, time.Now().UTC().Format(time.RFC3339)); err != nil {
+			return err
+		}
+	}
+	if dup {
+		b.Stats.Duplicates.Add(1)
+		b.count(ctx, OutcomeDuplicate, "")
+		b.log.Debug("event already fanned out", "event", ev.ID)
+	} else {
+		b.Stats.Started.Add(1)
+		b.count(ctx, OutcomeStarted, "")
+	}
+	return nil
+}
+
+func (b *Bridge) deadLetter(ctx context.Context, m kafka.Message, perr error) error {
+	reason := "invalid"
+	var ie *InvalidError
+	if errors.As(perr, &ie) {
+		reason = ie.Reason
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	headers := append([]kafka.Header{}, m.Headers...)
+	headers = append(headers,
+		kafka.Header{Key: HeaderReason, Value: []byte(reason)},
+		kafka.Header{Key: HeaderError, Value: []byte(perr.Error())},
+		kafka.Header{Key: HeaderSourceTopic, Value: []byte(m.Topic)},
+		kafka.Header{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
+		kafka.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+		kafka.Header{Key: HeaderDeadLetteredAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+	)
+	if err := b.dlq.WriteMessages(wctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}); err != nil {
+		return fmt.Errorf("write dead letter: %w", err)
+	}
+	b.Stats.DeadLettered.Add(1)
+	b.count(ctx, OutcomeDeadLettered, reason)
+	b.log.Warn("bad event dead-lettered", "reason", reason, "err", perr, "partition", m.Partition, "offset", m.Offset)
+	return nil
+}

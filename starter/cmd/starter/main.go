@@ -1,0 +1,226 @@
+// Command starter is fanout's front door.
+//
+//	starter bridge    consume the events topic and start one Fanout workflow per event
+//	starter publish   publish events to the events topic (for demos and tests)
+//	starter redrive   re-deliver dead letters of the deliveries DLQ through the same gate
+//	starter redrive-events   re-publish records of the events DLQ after a fix
+//	starter replay    replay workflow histories (files or a live query) against this code
+//	starter setup     register fanout's search attributes on a namespace (idempotent)
+//
+// Configuration comes from FANOUT_* and TEMPORAL_* environment variables
+// (see the README); publish also takes flags.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/internal/telemetry"
+	"github.com/fanout/fanout/starter"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "bridge":
+		err = runBridge(ctx)
+	case "publish":
+		err = runPublish(ctx, os.Args[2:])
+	case "redrive":
+		err = runRedrive(ctx, os.Args[2:])
+	case "redrive-events":
+		err = runRedriveEvents(ctx, os.Args[2:])
+	case "replay":
+		err = runReplay(ctx, os.Args[2:])
+	case "setup":
+		err = runSetup(ctx, os.Args[2:])
+	default:
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starter:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: starter bridge | publish [flags] | redrive [flags] | redrive-events [flags] | replay [flags] | setup [flags]")
+}
+
+func runBridge(ctx context.Context) error {
+	var cfg config.Bridge
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	log := config.Logger(cfg.LogLevel)
+	tel, err := telemetry.Setup(ctx, "fanout-bridge", telemetry.WithMetricsAddr(cfg.MetricsAddr), telemetry.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer shutdown(tel)
+	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	ropt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	bc := cfg.StarterConfig(rdb, log, nil)
+	bc.TracerProvider, bc.MeterProvider = tel.TracerProvider, tel.MeterProvider
+	return starter.New(bc, tc).Run(ctx)
+}
+
+func runPublish(ctx context.Context, args []string) error {
+	var cfg config.Kafka
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	id := fs.String("id", "", "event id (required; with -count N, ids are <id>-<i>)")
+	typ := fs.String("type", "webhook", "event type")
+	prio := fs.String("priority", "", "priority: high, normal, low (empty: the type's default)")
+	payload := fs.String("payload", "{}", "JSON payload")
+	count := fs.Int("count", 1, "number of events to publish")
+	traceparent := fs.String("traceparent", "", "W3C traceparent of the events' parent span (default: each event starts a trace)")
+	tracestate := fs.String("tracestate", "", "W3C tracestate to go with -traceparent")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *id == "" {
+		return fmt.Errorf("publish: -id is required")
+	}
+	if !json.Valid([]byte(*payload)) {
+		return fmt.Errorf("publish: -payload is not valid JSON")
+	}
+	// Each event's record carries a W3C trace context: a "publish" span of
+	// its own (a child of -traceparent when given), exported when OTEL_* say
+	// so. With -traceparent and no exporter, the given context is passed on
+	// as it is, so the trace has no span the backend never sees.
+	tel, err := telemetry.Setup(ctx, "fanout-publish", telemetry.WithSDKTracer())
+	if err != nil {
+		return err
+	}
+	defer shutdown(tel)
+	tracer := tel.TracerProvider.Tracer("github.com/fanout/fanout/starter")
+	parent := ctx
+	if *traceparent != "" {
+		var ok bool
+		if parent, ok = telemetry.ContextWithTraceparent(ctx, *traceparent, *tracestate); !ok {
+			return fmt.Errorf("publish: -traceparent %q is not a valid W3C traceparent", *traceparent)
+		}
+		if !tel.Exporting() {
+			tracer = tracenoop.NewTracerProvider().Tracer("")
+		}
+	}
+	msgs := make([]kafka.Message, 0, *count)
+	spans := make([]trace.Span, 0, *count)
+	defer func() {
+		for _, s := range spans {
+			s.End()
+		}
+	}()
+	for i := range *count {
+		evID := *id
+		if *count > 1 {
+			evID = fmt.Sprintf("%s-%d", *id, i)
+		}
+		sctx, span := tracer.Start(parent, "publish "+cfg.EventsTopic, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.destination.name", cfg.EventsTopic), attribute.String("fanout.event.id", evID)))
+		spans = append(spans, span)
+		m, err := starter.Record(sctx, starter.Envelope{ID: evID, Type: *typ, Priority: *prio, Payload: json.RawMessage(*payload)})
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.EventsTopic, RequiredAcks: kafka.RequireAll, Balancer: &kafka.Hash{}, BatchTimeout: 10 * time.Millisecond}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("publish to %s: %w", cfg.EventsTopic, err)
+	}
+	fmt.Printf("published %d event(s) to %s\n", len(msgs), cfg.EventsTopic)
+	if len(spans) == 1 {
+		fmt.Printf("trace id %s\n", spans[0].SpanContext().TraceID())
+	}
+	return nil
+}
+
+// shutdown flushes the process's telemetry (pending spans) within 5s.
+func shutdown(tel *telemetry.Telemetry) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tel.Shutdown(ctx)
+}
+
+func runRedrive(ctx context.Context, args []string) error {
+	var cfg config.Worker
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
+	var f starter.RedriveFilter
+	fs.StringVar(&f.EventID, "event-id", "", "only dead letters of this event id")
+	fs.StringVar(&f.EventType, "event-type", "", "only dead letters of this event type")
+	fs.StringVar(&f.ErrorContains, "error", "", "only dead letters whose last error contains this text")
+	rps := fs.Float64("rate", 100, "re-deliveries per second, at most")
+	round := fs.String("round", "", "name of this redrive (default: a timestamp); rerunning a round is idempotent")
+	wait := fs.Bool("wait", true, "wait for the redrive batches and print their outcome")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := config.Logger(cfg.LogLevel)
+	tc, err := config.DialTemporal(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	res, err := starter.RedriveDeliveries(ctx, tc, starter.RedriveOptions{
+		Brokers: cfg.Brokers, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
+	})
+	fmt.Printf("redrive: matched %d dead letters in %d batches; delivered %d, already delivered %d, failed again %d\n",
+		res.Matched, res.Batches, res.Delivered, res.Skipped, res.Failed)
+	return err
+}
+
+func runRedriveEvents(ctx context.Context, args []string) error {
+	var cfg config.Kafka
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("redrive-events", flag.ContinueOnError)
+	reason := fs.String("reason", "", "only records dead-lettered for this reason (e.g. unknown_type)")
+	rps := fs.Float64("rate", 100, "records per second, at most")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	n, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{
+		Brokers: cfg.Brokers, DLQTopic: cfg.EventsDLQ, EventsTopic: cfg.EventsTopic, Reason: *reason, Rate: *rps,
+	})
+	fmt.Printf("redrive-events: re-published %d records to %s\n", n, cfg.EventsTopic)
+	return err
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+
+	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+// runSetup registers fanout's search attributes on the namespace
+// (TEMPORAL_NAMESPACE, or -namespace) through the operator service. It is
+// idempotent: attributes already registered with the right type are kept;
+// one registered with another type is an error.
+func runSetup(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
+	ns := fs.String("namespace", "", "namespace to set up (default: TEMPORAL_NAMESPACE, or \"default\")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("setup: unexpected arguments %q", fs.Args())
+	}
+	if *ns == "" {
+		opts, err := envconfig.LoadDefaultClientOptions()
+		if err != nil {
+			return fmt.Errorf("temporal config (TEMPORAL_*): %w", err)
+		}
+		*ns = opts.Namespace
+	}
+	if *ns == "" {
+		*ns = client.DefaultNamespace
+	}
+	tc, err := config.DialTemporal(ctx, config.Logger("warn"))
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	outcomes, err := vocab.Ensure(ctx, tc.OperatorService(), *ns, vocab.SearchAttributes())
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	added := 0
+	for _, o := range outcomes {
+		what := "kept "
+		if o.Added {
+			what = "added"
+			added++
+		}
+		fmt.Printf("%s  %-16s %s\n", what, o.Name, vocab.TypeName(o.Type))
+	}
+	fmt.Printf("setup: namespace %q has fanout's %d search attributes (%d added, %d already there)\n", *ns, len(outcomes), added, len(outcomes)-added)
+	return nil
+}

@@ -1,0 +1,96 @@
+package starter
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/fanout/fanout"
+)
+
+// Envelope is the JSON form of an event on the events topic:
+//
+//	{"id": "order-42", "type": "webhook", "priority": "high", "payload": {...}, "headers": {...}}
+type Envelope struct {
+	ID       string            `json:"id"`
+	Type     string            `json:"type"`
+	Priority string            `json:"priority,omitempty"`
+	Payload  json.RawMessage   `json:"payload,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"`
+}
+
+// Reasons a record is dead-lettered; the DLQ record carries one in its
+// HeaderReason header, followed by details in HeaderError.
+const (
+	ReasonInvalidJSON     = "invalid_json"
+	ReasonMissingID       = "missing_id"
+	ReasonMissingType     = "missing_type"
+	ReasonUnknownType     = "unknown_type"
+	ReasonUnknownPriority = "unknown_priority"
+	ReasonPayloadTooLarge = "payload_too_large"
+	ReasonInvalidID       = "invalid_id"
+)
+
+// InvalidError says why a record is not a valid event.
+type InvalidError struct {
+	Reason string
+	Detail string
+}
+
+func (e *InvalidError) Error() string { return e.Reason + ": " + e.Detail }
+
+func invalid(reason, format string, args ...any) *InvalidError {
+	return &InvalidError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Validator checks records against the known event types and size limit.
+type Validator struct {
+	Types           []string
+	MaxPayloadBytes int
+}
+
+// traceHeaders are the Kafka record headers copied into the event.
+var traceHeaders = []string{"traceparent", "tracestate", "baggage"}
+
+// Parse decodes and validates one record into an event.
+func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
+	dec := json.NewDecoder(bytes.NewReader(m.Value))
+	var env Envelope
+	if err := dec.Decode(&env); err != nil {
+		return fanout.Event{}, invalid(ReasonInvalidJSON, "%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fanout.Event{}, invalid(ReasonInvalidJSON, "trailing data after the JSON object")
+	}
+	switch {
+	case env.ID == "":
+		return fanout.Event{}, invalid(ReasonMissingID, "the event has no id")
+	case len(env.ID) > 200 || strings.ContainsAny(env.ID, "\x00\n\r:"):
+		return fanout.Event{}, invalid(ReasonInvalidID, "id must be at most 200 characters without NUL, newline or ':'")
+	case env.Type == "":
+		return fanout.Event{}, invalid(ReasonMissingType, "the event has no type")
+	case !slices.Contains(v.Types, env.Type):
+		return fanout.Event{}, invalid(ReasonUnknownType, "type %q is not one of %v", env.Type, v.Types)
+	}
+	if env.Priority != "" && !fanout.Priority(env.Priority).Valid() {
+		return fanout.Event{}, invalid(ReasonUnknownPriority, "priority %q is not one of high, normal, low", env.Priority)
+	}
+	if v.MaxPayloadBytes > 0 && len(env.Payload) > v.MaxPayloadBytes {
+		return fanout.Event{}, invalid(ReasonPayloadTooLarge, "payload of %d bytes is over the limit of %d", len(env.Payload), v.MaxPayloadBytes)
+	}
+	ev := fanout.Event{ID: env.ID, Type: env.Type, Priority: fanout.Priority(env.Priority), Payload: env.Payload, Headers: env.Headers}
+	for _, h := range m.Headers {
+		if slices.Contains(traceHeaders, strings.ToLower(h.Key)) {
+			if ev.Headers == nil {
+				ev.Headers = map[string]string{}
+			}
+			ev.Headers[strings.ToLower(h.Key)] = string(h.Value)
+		}
+	}
+	return ev, nil
+}

@@ -1,0 +1,245 @@
+package starter
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/fanout/fanout"
+)
+
+func testValidator() Validator {
+	return Validator{Types: []string{"webhook", "email"}, MaxPayloadBytes: 64}
+}
+
+func TestParseInvalid(t *testing.T) {
+	longID := strings.Repeat("a", 201)
+	bigPayload := `"` + strings.Repeat("x", 63) + `"` // 65 bytes of JSON
+	cases := []struct {
+		name   string
+		value  string
+		reason string
+	}{
+		{"empty record", ``, ReasonInvalidJSON},
+		{"not JSON", `hello`, ReasonInvalidJSON},
+		{"truncated object", `{"id":"a","type":"webhook"`, ReasonInvalidJSON},
+		{"array instead of object", `[{"id":"a","type":"webhook"}]`, ReasonInvalidJSON},
+		{"id of the wrong type", `{"id":42,"type":"webhook"}`, ReasonInvalidJSON},
+		{"headers of the wrong type", `{"id":"a","type":"webhook","headers":{"k":1}}`, ReasonInvalidJSON},
+		{"trailing object", `{"id":"a","type":"webhook"}{"id":"b","type":"webhook"}`, ReasonInvalidJSON},
+		{"trailing garbage", `{"id":"a","type":"webhook"} garbage`, ReasonInvalidJSON},
+		{"trailing number", `{"id":"a","type":"webhook"} 1`, ReasonInvalidJSON},
+
+		{"no id", `{"type":"webhook"}`, ReasonMissingID},
+		{"empty id", `{"id":"","type":"webhook"}`, ReasonMissingID},
+		{"null object", `null`, ReasonMissingID},
+		{"empty object", `{}`, ReasonMissingID},
+
+		{"id over 200 characters", `{"id":"` + longID + `","type":"webhook"}`, ReasonInvalidID},
+		{"id with colon", `{"id":"a:b","type":"webhook"}`, ReasonInvalidID},
+		{"id with newline", `{"id":"a\nb","type":"webhook"}`, ReasonInvalidID},
+		{"id with carriage return", `{"id":"a\rb","type":"webhook"}`, ReasonInvalidID},
+		{"id with NUL", `{"id":"a\u0000b","type":"webhook"}`, ReasonInvalidID},
+
+		{"no type", `{"id":"a"}`, ReasonMissingType},
+		{"empty type", `{"id":"a","type":""}`, ReasonMissingType},
+
+		{"unknown type", `{"id":"a","type":"sms"}`, ReasonUnknownType},
+		{"type differs in case", `{"id":"a","type":"Webhook"}`, ReasonUnknownType},
+
+		{"unknown priority", `{"id":"a","type":"webhook","priority":"urgent"}`, ReasonUnknownPriority},
+		{"priority differs in case", `{"id":"a","type":"webhook","priority":"HIGH"}`, ReasonUnknownPriority},
+
+		{"payload over the limit", `{"id":"a","type":"webhook","payload":` + bigPayload + `}`, ReasonPayloadTooLarge},
+	}
+	v := testValidator()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ev, err := v.Parse(kafka.Message{Value: []byte(c.value)})
+			if err == nil {
+				t.Fatalf("Parse(%q) = %+v, nil; want a %s error", c.value, ev, c.reason)
+			}
+			var ie *InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("Parse(%q) error %v (%T) is not an *InvalidError", c.value, err, err)
+			}
+			if ie.Reason != c.reason {
+				t.Fatalf("Parse(%q) reason = %q (%v), want %q", c.value, ie.Reason, err, c.reason)
+			}
+			if ie.Detail == "" {
+				t.Errorf("Parse(%q): empty Detail", c.value)
+			}
+			if got, want := err.Error(), c.reason+": "; !strings.HasPrefix(got, want) {
+				t.Errorf("Error() = %q, want prefix %q", got, want)
+			}
+			if !reflect.DeepEqual(ev, fanout.Event{}) {
+				t.Errorf("Parse(%q) returned event %+v with the error, want a zero event", c.value, ev)
+			}
+		})
+	}
+}
+
+// The order of the checks decides the reason when several things are wrong.
+func TestParseReasonPrecedence(t *testing.T) {
+	cases := []struct {
+		name   string
+		value  string
+		reason string
+	}{
+		{"missing id before missing type", `{}`, ReasonMissingID},
+		{"invalid id before unknown type", `{"id":"a:b","type":"sms"}`, ReasonInvalidID},
+		{"unknown type before unknown priority", `{"id":"a","type":"sms","priority":"urgent"}`, ReasonUnknownType},
+		{"unknown priority before payload size", `{"id":"a","type":"webhook","priority":"urgent","payload":"` + strings.Repeat("x", 100) + `"}`, ReasonUnknownPriority},
+	}
+	v := testValidator()
+	for _, c := range cases {
+		_, err := v.Parse(kafka.Message{Value: []byte(c.value)})
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Reason != c.reason {
+			t.Errorf("%s: Parse error = %v, want reason %s", c.name, err, c.reason)
+		}
+	}
+}
+
+func TestParseValid(t *testing.T) {
+	id200 := strings.Repeat("i", 200)
+	payload64 := `"` + strings.Repeat("x", 62) + `"`
+	cases := []struct {
+		name      string
+		validator Validator
+		msg       kafka.Message
+		want      fanout.Event
+	}{
+		{
+			name: "minimal",
+			msg:  kafka.Message{Value: []byte(`{"id":"order-42","type":"webhook"}`)},
+			want: fanout.Event{ID: "order-42", Type: "webhook"},
+		},
+		{
+			name: "all fields",
+			msg: kafka.Message{Value: []byte(`{"id":"order-42","type":"email","priority":"high",` +
+				`"payload":{"a":[1,2]},"headers":{"x-tenant":"t1"}}`)},
+			want: fanout.Event{ID: "order-42", Type: "email", Priority: fanout.PriorityHigh,
+				Payload: json.RawMessage(`{"a":[1,2]}`), Headers: map[string]string{"x-tenant": "t1"}},
+		},
+		{
+			name: "every priority: normal",
+			msg:  kafka.Message{Value: []byte(`{"id":"a","type":"webhook","priority":"normal"}`)},
+			want: fanout.Event{ID: "a", Type: "webhook", Priority: fanout.PriorityNormal},
+		},
+		{
+			name: "every priority: low",
+			msg:  kafka.Message{Value: []byte(`{"id":"a","type":"webhook","priority":"low"}`)},
+			want: fanout.Event{ID: "a", Type: "webhook", Priority: fanout.PriorityLow},
+		},
+		{
+			name: "empty priority stays empty",
+			msg:  kafka.Message{Value: []byte(`{"id":"a","type":"webhook","priority":""}`)},
+			want: fanout.Event{ID: "a", Type: "webhook", Priority: ""},
+		},
+		{
+			name: "unknown fields and surrounding whitespace are ignored",
+			msg:  kafka.Message{Value: []byte(" \n{\"id\":\"a\",\"type\":\"webhook\",\"extra\":true}\n ")},
+			want: fanout.Event{ID: "a", Type: "webhook"},
+		},
+		{
+			name: "id of exactly 200 characters",
+			msg:  kafka.Message{Value: []byte(`{"id":"` + id200 + `","type":"webhook"}`)},
+			want: fanout.Event{ID: id200, Type: "webhook"},
+		},
+		{
+			name: "payload exactly at the limit",
+			msg:  kafka.Message{Value: []byte(`{"id":"a","type":"webhook","payload":` + payload64 + `}`)},
+			want: fanout.Event{ID: "a", Type: "webhook", Payload: json.RawMessage(payload64)},
+		},
+		{
+			name:      "no limit when MaxPayloadBytes is zero",
+			validator: Validator{Types: []string{"webhook"}},
+			msg:       kafka.Message{Value: []byte(`{"id":"a","type":"webhook","payload":"` + strings.Repeat("x", 5000) + `"}`)},
+			want:      fanout.Event{ID: "a", Type: "webhook", Payload: json.RawMessage(`"` + strings.Repeat("x", 5000) + `"`)},
+		},
+		{
+			name: "trace headers are copied",
+			msg: kafka.Message{
+				Value: []byte(`{"id":"a","type":"webhook"}`),
+				Headers: []kafka.Header{
+					{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")},
+					{Key: "tracestate", Value: []byte("congo=t61rcWkgMzE")},
+					{Key: "baggage", Value: []byte("userId=alice")},
+					{Key: "x-other", Value: []byte("not copied")},
+				},
+			},
+			want: fanout.Event{ID: "a", Type: "webhook", Headers: map[string]string{
+				"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+				"tracestate":  "congo=t61rcWkgMzE",
+				"baggage":     "userId=alice",
+			}},
+		},
+		{
+			name: "trace header keys are lower-cased and merged with envelope headers",
+			msg: kafka.Message{
+				Value: []byte(`{"id":"a","type":"webhook","headers":{"x-tenant":"t1","traceparent":"from-envelope"}}`),
+				Headers: []kafka.Header{
+					{Key: "TraceParent", Value: []byte("from-kafka")},
+				},
+			},
+			want: fanout.Event{ID: "a", Type: "webhook", Headers: map[string]string{
+				"x-tenant":    "t1",
+				"traceparent": "from-kafka",
+			}},
+		},
+		{
+			name: "only other Kafka headers leave Headers nil",
+			msg: kafka.Message{
+				Value:   []byte(`{"id":"a","type":"webhook"}`),
+				Headers: []kafka.Header{{Key: "x-other", Value: []byte("v")}},
+			},
+			want: fanout.Event{ID: "a", Type: "webhook"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := c.validator
+			if v.Types == nil {
+				v = testValidator()
+			}
+			ev, err := v.Parse(c.msg)
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", c.msg.Value, err)
+			}
+			if ev.ID != c.want.ID || ev.Type != c.want.Type || ev.Priority != c.want.Priority {
+				t.Errorf("Parse = id %q type %q priority %q, want id %q type %q priority %q",
+					ev.ID, ev.Type, ev.Priority, c.want.ID, c.want.Type, c.want.Priority)
+			}
+			if string(ev.Payload) != string(c.want.Payload) {
+				t.Errorf("Payload = %s, want %s", ev.Payload, c.want.Payload)
+			}
+			if !reflect.DeepEqual(ev.Headers, c.want.Headers) {
+				t.Errorf("Headers = %#v, want %#v", ev.Headers, c.want.Headers)
+			}
+		})
+	}
+}
+
+// TestParseTrailingDelimiter: a stray closing brace or bracket after the
+// object is trailing data too. json.Decoder.More reports false before '}' and
+// ']', so a check on More alone lets these records through.
+func TestParseTrailingDelimiter(t *testing.T) {
+	cases := []string{
+		`{"id":"a","type":"webhook"}}`,
+		`{"id":"a","type":"webhook"}]`,
+		`{"id":"a","type":"webhook"} }`,
+	}
+	v := testValidator()
+	for _, value := range cases {
+		ev, err := v.Parse(kafka.Message{Value: []byte(value)})
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Reason != ReasonInvalidJSON {
+			t.Errorf("Parse(%q) = %+v, %v; want an %s error", value, ev, err, ReasonInvalidJSON)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+// Redrives re-deliver dead letters. RedriveDeliveries: records of the
+// deliveries DLQ that match a filter are grouped by (event, batch attempt id)
+// and delivered again by DeliveryBatch workflows that present the original
+// attempt id, so they pass the same gate: a recipient delivered meanwhile is
+// skipped, a dead-lettered one is delivered. RedriveEvents: records of the events
+// DLQ are re-published to the events topic, after a fix (a type deployed, a
+// producer corrected).
+
+package starter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"golang.org/x/time/rate"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/internal/kafkatopic"
+	"github.com/fanout/fanout/workflows"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+// RedriveFilter selects dead letters; empty fields match everything.
+type RedriveFilter struct {
+	EventID       string
+	EventType     string
+	ErrorContains string
+}
+
+// Match reports whether d passes the filter.
+func (f RedriveFilter) Match(d activities.DeadLetter) bool {
+	return (f.EventID == "" || d.EventID == f.EventID) &&
+		(f.EventType == "" || d.EventType == f.EventType) &&
+		(f.ErrorContains == "" || strings.Contains(d.LastError, f.ErrorContains))
+}
+
+// RedriveOptions of a deliveries redrive.
+type RedriveOptions struct {
+	Brokers []string
+	Topic   string
+	Filter  RedriveFilter
+	// Rate caps re-deliveries per second (0: 100).
+	Rate float64
+	// BatchSize caps recipients per redrive batch (0: fanout.DefaultBatchSize).
+	BatchSize int
+	// Round names this redrive (0: a UTC timestamp); workflow ids and
+	// attempt counts are per round.
+	Round string
+	// Wait for the redrive batches to finish and sum their results.
+	Wait bool
+}
+
+// RedriveResult of a redrive.
+type RedriveResult struct {
+	Matched   int // distinct (event, attempt, recipient) dead letters matched
+	Batches   int
+	Delivered int
+	// Skipped were delivered meanwhile (by an earlier redrive).
+	Skipped int
+	Failed  int
+}
+
+type redriveGroup struct {
+	first activities.DeadLetter
+	recs  []fanout.Recipient
+}
+
+// RedriveDeliveries redrives the deliveries DLQ.
+func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) (RedriveResult, error) {
+	if o.Rate <= 0 {
+		o.Rate = 100
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = fanout.DefaultBatchSize
+	}
+	if o.Round == "" {
+		o.Round = time.Now().UTC().Format("20060102T150405Z")
+	}
+	groups := map[string]*redriveGroup{}
+	var order []string
+	seen := map[string]bool{}
+	var res RedriveResult
+	err := kafkatopic.ReadAll(ctx, o.Brokers, o.Topic, func(m kafka.Message) error {
+		var d activities.DeadLetter
+		if err := json.Unmarshal(m.Value, &d); err != nil {
+			return nil // not ours; leave it
+		}
+		if !o.Filter.Match(d) {
+			return nil
+		}
+		k := d.EventID + "\x00" + d.AttemptID
+		if rk := k + "\x00" + d.Recipient.ID; seen[rk] {
+			return nil
+		} else {
+			seen[rk] = true
+		}
+		g := groups[k]
+		if g == nil {
+			g = &redriveGroup{first: d}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.recs = append(g.recs, d.Recipient)
+		res.Matched++
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	lim := rate.NewLimiter(rate.Limit(o.Rate), o.BatchSize)
+	var runs []client.WorkflowRun
+	for _, k := range order {
+		g := groups[k]
+		d := g.first
+		prio := d.Priority
+		if !prio.Valid() {
+			prio = fanout.PriorityNormal
+		}
+		for n, chunk := range slices.Collect(slices.Chunk(g.recs, o.BatchSize)) {
+			if err := lim.WaitN(ctx, len(chunk)); err != nil {
+				return res, err
+			}
+			wid := vocab.RedriveWorkflowID(vocab.WorkflowID(d.EventType, d.EventID), d.AttemptID, o.Round, n)
+			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				ID:                       wid,
+				TaskQueue:                vocab.DeliveryTaskQueue(prio),
+				WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+				StaticSummary:            fmt.Sprintf("redrive of %d dead letters of %s event %s", len(chunk), d.EventType, d.EventID),
+			}, workflows.DeliveryBatch, workflows.DeliveryBatchInput{
+				Event: d.Event, Priority: prio, AttemptID: d.AttemptID, Recipients: chunk, Message: d.Message,
+				MaxAttempts: max(d.Attempts, fanout.DefaultMaxAttempts), Concurrency: fanout.DefaultDeliverConcurrency,
+				Redrive: true, Round: o.Round,
+			})
+			if err != nil {
+				return res, fmt.Errorf("start redrive %s: %w", wid, err)
+			}
+			res.Batches++
+			runs = append(runs, run)
+		}
+	}
+	if !o.Wait {
+		return res, nil
+	}
+	for _, run := range runs {
+		var r workflows.DeliveryBatchResult
+		if err := run.Get(ctx, &r); err != nil {
+			return res, fmt.Errorf("redrive %s: %w", run.GetID(), err)
+		}
+		res.Delivered += r.Delivered
+		res.Skipped += r.Duplicates
+		res.Failed += r.Failed
+	}
+	return res, nil
+}
+
+// RedriveEventsOptions of an events-DLQ redrive.
+type RedriveEventsOptions struct {
+	Brokers     []string
+	DLQTopic    string
+	EventsTopic string
+	// Reason selects records by their dead-letter reason ("" = all).
+	Reason string
+	Rate   float64
+}
+
+// RedriveEvents re-publishes records of the events DLQ to the events topic, with
+// their original key and headers (the fanout-dlq-* headers removed).
+func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (int, error) {
+	if o.Rate <= 0 {
+		o.Rate = 100
+	}
+	lim := rate.NewLimiter(rate.Limit(o.Rate), 1)
+	w := &kafka.Writer{Addr: kafka.TCP(o.Brokers...), Topic: o.EventsTopic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond}
+	defer w.Close()
+	n := 0
+	err := kafkatopic.ReadAll(ctx, o.Brokers, o.DLQTopic, func(m kafka.Message) error {
+		var reason string
+		var hs []kafka.Header
+		for _, h := range m.Headers {
+			switch h.Key {
+			case HeaderReason:
+				reason = string(h.Value)
+			case HeaderError, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset, HeaderDeadLetteredAt:
+			default:
+				hs = append(hs, h)
+			}
+		}
+		if o.Reason != "" && reason != o.Reason {
+			return nil
+		}
+		if err := lim.Wait(ctx); err != nil {
+			return err
+		}
+		if err := w.WriteMessages(ctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: hs}); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,101 @@
+// Package vocab is the vocabulary of fanout's workflows, defined once and
+// shared by the workflows, the activities, the starter, the workers, the
+// operator tools and the tests: task queues, workflow, batch and attempt ids,
+// workflow type, query and update names, statuses, and the search attributes
+// (names, typed keys and their registration on a namespace).
+//
+// It is a leaf: it imports only the root fanout package and Temporal's, so
+// that activities (which need the attempt ids) can import it without a cycle
+// through the workflows package.
+package vocab
+
+import (
+	"fmt"
+
+	"github.com/fanout/fanout"
+)
+
+// Task queues. Event processing (the Fanout workflow and its paging
+// activities) runs on EventsTaskQueue; delivery batches run on the task queue
+// of their priority, so each pool scales separately.
+const (
+	EventsTaskQueue         = "fanout-events"
+	deliveryTaskQueuePrefix = "fanout-delivery-"
+)
+
+// DeliveryTaskQueue is the task queue of delivery batches of priority p.
+func DeliveryTaskQueue(p fanout.Priority) string { return deliveryTaskQueuePrefix + string(p) }
+
+// Queue names: how operators name the task queues a worker process serves
+// (FANOUT_QUEUES, the deployment's one Deployment per queue).
+const QueueEvents = "events"
+
+// Queues lists every queue name: events, then each priority.
+func Queues() []string {
+	out := []string{QueueEvents}
+	for _, p := range fanout.Priorities {
+		out = append(out, string(p))
+	}
+	return out
+}
+
+// TaskQueue maps a queue name ("events", "high", "normal", "low") to its
+// task queue.
+func TaskQueue(queue string) (string, error) {
+	if queue == QueueEvents {
+		return EventsTaskQueue, nil
+	}
+	p, err := fanout.ParsePriority(queue)
+	if err != nil {
+		return "", fmt.Errorf("queue %q: want %s or a priority: %w", queue, QueueEvents, err)
+	}
+	return DeliveryTaskQueue(p), nil
+}
+
+// WorkflowID is the Fanout workflow id of an event: readable, and the same for
+// every delivery of the event so that Temporal rejects a second fan-out.
+func WorkflowID(eventType, eventID string) string {
+	return fmt.Sprintf("fanout/%s/%s", eventType, eventID)
+}
+
+// BatchWorkflowID is the id of the n-th DeliveryBatch child of an event.
+func BatchWorkflowID(eventWorkflowID string, n int) string {
+	return fmt.Sprintf("%s/batch/%d", eventWorkflowID, n)
+}
+
+// RedriveWorkflowID is the id of the n-th DeliveryBatch of a redrive round
+// of one batch's dead letters.
+func RedriveWorkflowID(eventWorkflowID, attemptID, round string, n int) string {
+	return fmt.Sprintf("%s/redrive/%s/%s/%d", eventWorkflowID, round, attemptID, n)
+}
+
+// AttemptID is the attempt id of the n-th batch of an event: deterministic
+// for (event, batch), so retries and resets of that batch present the same id
+// and a different batch holding the same recipient presents another.
+func AttemptID(eventID string, n int) string { return fmt.Sprintf("%s#%d", eventID, n) }
+
+// Workflow type names, as registered on the workers and shown in the UI.
+const (
+	FanoutWorkflow        = "Fanout"
+	DeliveryBatchWorkflow = "DeliveryBatch"
+)
+
+// The Fanout workflow's query and updates (temporal workflow query/update
+// --name ...).
+const (
+	ProgressQuery = "progress"
+	PauseUpdate   = "pause"
+	ResumeUpdate  = "resume"
+	SetRateUpdate = "set-rate"
+)
+
+// Status values of the FanoutStatus search attribute.
+const (
+	StatusRunning   = "running"
+	StatusPaused    = "paused"
+	StatusCompleted = "completed"
+	// StatusCompletedWithFailures: paging finished, some recipients failed.
+	StatusCompletedWithFailures = "completed_with_failures"
+	StatusFailed                = "failed"
+	StatusCanceled              = "canceled"
+)
