@@ -35,6 +35,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/backoff"
+	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/workflows"
 	"github.com/fanout/fanout/workflows/vocab"
 )
@@ -125,16 +126,17 @@ func New(cfg Config, tc client.Client) *Bridge {
 		cfg:    cfg,
 		tc:     tc,
 		reader: kafka.NewReader(rc),
-		dlq: &kafka.Writer{
-			Addr:         kafka.TCP(cfg.Brokers...),
-			Topic:        cfg.DLQTopic,
-			RequiredAcks: kafka.RequireAll,
-			BatchTimeout: 5 * time.Millisecond,
-			Transport:    cfg.Transport,
-		},
-		log:  log,
-		inst: newInstruments(cfg.TracerProvider, cfg.MeterProvider),
+		dlq:    dlqWriter(cfg),
+		log:    log,
+		inst:   newInstruments(cfg.TracerProvider, cfg.MeterProvider),
 	}
+}
+
+// dlqWriter writes the events DLQ, through cfg.Transport when set.
+func dlqWriter(cfg Config) *kafka.Writer {
+	w := kafkatopic.NewWriter(cfg.Brokers, cfg.DLQTopic)
+	w.Transport = cfg.Transport
+	return w
 }
 
 // Run consumes until ctx is canceled, then finishes the records in hand,

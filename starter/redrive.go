@@ -178,8 +178,8 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (int, error) {
 		o.Rate = 100
 	}
 	lim := rate.NewLimiter(rate.Limit(o.Rate), 1)
-	w := &kafka.Writer{Addr: kafka.TCP(o.Brokers...), Topic: o.EventsTopic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond}
-	defer w.Close()
+	pub := NewPublisher(o.Brokers, o.EventsTopic)
+	defer pub.Close()
 	n := 0
 	err := kafkatopic.ReadAll(ctx, o.Brokers, o.DLQTopic, func(m kafka.Message) error {
 		var reason string
@@ -199,7 +199,7 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (int, error) {
 		if err := lim.Wait(ctx); err != nil {
 			return err
 		}
-		if err := w.WriteMessages(ctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: hs}); err != nil {
+		if err := pub.PublishRecords(ctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: hs}); err != nil {
 			return err
 		}
 		n++

@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -279,21 +278,17 @@ type Event struct {
 
 // Publish writes demo events to the events topic.
 func (s *Stack) Publish(ctx context.Context, evs ...Event) error {
-	w := &kafka.Writer{Addr: kafka.TCP(s.KafkaAddr), Topic: starter.DefaultEventsTopic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
-	defer w.Close()
-	msgs := make([]kafka.Message, 0, len(evs))
+	envs := make([]starter.Envelope, 0, len(evs))
 	for _, e := range evs {
 		payload, err := json.Marshal(demo.Payload{Audience: e.Audience, DuplicateEvery: e.DuplicateEvery, Message: json.RawMessage(`{"text":"hi"}`)})
 		if err != nil {
 			return err
 		}
-		v, err := json.Marshal(starter.Envelope{ID: e.ID, Type: webhook.EventType, Priority: string(e.Priority), Payload: payload})
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, kafka.Message{Key: []byte(e.ID), Value: v})
+		envs = append(envs, starter.Envelope{ID: e.ID, Type: webhook.EventType, Priority: string(e.Priority), Payload: payload})
 	}
-	return w.WriteMessages(ctx, msgs...)
+	pub := starter.NewPublisher([]string{s.KafkaAddr}, starter.DefaultEventsTopic)
+	defer pub.Close()
+	return pub.Publish(ctx, envs...)
 }
 
 // WorkflowID is the Fanout workflow id of a demo event.

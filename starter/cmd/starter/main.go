@@ -158,10 +158,10 @@ func runPublish(ctx context.Context, args []string) error {
 		}
 		msgs = append(msgs, m)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.EventsTopic, RequiredAcks: kafka.RequireAll, Balancer: &kafka.Hash{}, BatchTimeout: 10 * time.Millisecond}
-	defer w.Close()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("publish to %s: %w", cfg.EventsTopic, err)
+	pub := starter.NewPublisher(cfg.Brokers, cfg.EventsTopic)
+	defer pub.Close()
+	if err := pub.PublishRecords(ctx, msgs...); err != nil {
+		return err
 	}
 	fmt.Printf("published %d event(s) to %s\n", len(msgs), cfg.EventsTopic)
 	if len(spans) == 1 {
