@@ -40,10 +40,12 @@ import (
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
-// Kafka topics used by default (FANOUT_EVENTS_TOPIC, FANOUT_EVENTS_DLQ_TOPIC).
+// Kafka topics and consumer group used by default (FANOUT_EVENTS_TOPIC,
+// FANOUT_EVENTS_DLQ_TOPIC, FANOUT_CONSUMER_GROUP).
 const (
 	DefaultEventsTopic    = "fanout-events"
 	DefaultEventsDLQTopic = "fanout-events-dlq"
+	DefaultConsumerGroup  = "fanout-bridge"
 )
 
 // DLQ record headers.

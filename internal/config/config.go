@@ -45,6 +45,7 @@ func (k *Kafka) setDefaults() {
 
 func (b *Bridge) setDefaults() {
 	b.Kafka.setDefaults()
+	b.Group = starter.DefaultConsumerGroup
 	b.EventTypes = []string{webhook.EventType}
 }
 
@@ -67,7 +68,7 @@ type Bridge struct {
 	// id: longer than the events topic's retention, so a replay of the
 	// whole topic starts nothing again.
 	EventTTL time.Duration `env:"FANOUT_EVENT_TTL" envDefault:"720h"`
-	Group    string        `env:"FANOUT_CONSUMER_GROUP" envDefault:"fanout-bridge"`
+	Group    string        `env:"FANOUT_CONSUMER_GROUP"`
 	// EventTypes are the types a stand-alone bridge (`starter bridge`)
 	// accepts; the bridge inside a worker (FANOUT_BRIDGE=true) accepts the
 	// types of the worker's registry instead.

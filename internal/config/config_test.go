@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 )
 
 // clearFanoutEnv unsets every FANOUT_* variable for the test (t.Setenv
@@ -247,5 +250,32 @@ func TestParseLevel(t *testing.T) {
 		if !c.wantErr && got != c.want {
 			t.Errorf("ParseLevel(%q) = %v, want %v", c.in, got, c.want)
 		}
+	}
+}
+
+// TestBridgeTypesComeFromTheRegistry: the bridge inside a worker accepts the
+// event types of the worker's registry, whatever FANOUT_EVENT_TYPES says; a
+// stand-alone bridge (no registry) accepts FANOUT_EVENT_TYPES.
+func TestBridgeTypesComeFromTheRegistry(t *testing.T) {
+	clearFanoutEnv(t)
+	t.Setenv("FANOUT_EVENT_TYPES", "from-env")
+	var b Bridge
+	if err := Load(&b); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled here
+	defer rdb.Close()
+	log := slog.New(slog.DiscardHandler)
+
+	inWorker := b.StarterConfig(rdb, log, []string{"orders", "webhook"})
+	if got := inWorker.Validator.Types; !reflect.DeepEqual(got, []string{"orders", "webhook"}) {
+		t.Errorf("bridge in a worker accepts %v, want the registry's [orders webhook]", got)
+	}
+	if _, err := inWorker.Validator.Parse(kafka.Message{Value: []byte(`{"id":"1","type":"from-env"}`)}); err == nil {
+		t.Error("bridge in a worker accepted a type that only FANOUT_EVENT_TYPES names")
+	}
+	standalone := b.StarterConfig(rdb, log, nil)
+	if got := standalone.Validator.Types; !reflect.DeepEqual(got, []string{"from-env"}) {
+		t.Errorf("stand-alone bridge accepts %v, want FANOUT_EVENT_TYPES [from-env]", got)
 	}
 }
