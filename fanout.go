@@ -1,11 +1,12 @@
-// Package fanout is the public API of the fanout service: the event envelope,
-// the three functions a user defines per event type (get_recipients,
+// Package fanout is the public API of the fanout service: the event, the
+// three functions a user defines per event type (get_recipients,
 // generate_broadcast_message, deliver_to_recipient), the registry that maps
-// event types to them, and the names (task queues, workflow ids) that the
-// workers, the bridge and the tests share.
+// event types to them and their options, and the errors that steer retries.
 //
 // A user's own worker binary registers its handlers in a Registry and runs
-// the same workers as the stock binary (see package workers).
+// the same workers as the stock binary (see package workers); the names the
+// workflows are known by (task queues, workflow ids, search attributes) are
+// in package workflows/vocab.
 package fanout
 
 import (
