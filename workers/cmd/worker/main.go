@@ -20,7 +20,6 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
-	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/starter"
@@ -106,7 +105,7 @@ func run() error {
 			DeadLetters:      dlw,
 			// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
 			DeliverConcurrency: cfg.DeliverConcurrency,
-			Backoff:            backoff.Policy{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
+			Backoff:            activities.Backoff{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
 			Logger:             log,
 		})
 	})
