@@ -262,13 +262,19 @@ func orDefault(s, d string) string {
 	return s
 }
 
-// StartEvent starts the Fanout workflow of ev, or finds it already started;
-// eagerly (see Config.Eager) if asked. duplicate is true when the workflow
-// had already closed.
-func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event, eager bool) (duplicate bool, err error) {
-	opts := StartOptions(ev)
+// StartFanout starts the Fanout workflow of in.Event with the options of
+// StartOptions, eagerly if asked (see Config.Eager), or returns the run that
+// is already going. Every start of an event's workflow goes through it.
+func StartFanout(ctx context.Context, tc client.Client, in workflows.FanoutInput, eager bool) (client.WorkflowRun, error) {
+	opts := StartOptions(in.Event)
 	opts.EnableEagerStart = eager
-	_, err = tc.ExecuteWorkflow(ctx, opts, workflows.Fanout, workflows.FanoutInput{Event: ev})
+	return tc.ExecuteWorkflow(ctx, opts, workflows.Fanout, in)
+}
+
+// StartEvent starts the Fanout workflow of ev, or finds it already started.
+// duplicate is true when the workflow had already closed.
+func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event, eager bool) (duplicate bool, err error) {
+	_, err = StartFanout(ctx, tc, workflows.FanoutInput{Event: ev}, eager)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return true, nil
