@@ -113,14 +113,7 @@ func (g *Gate) Acquire(ctx context.Context, eventID, attemptID string, recipient
 
 // MarkDelivered records that attemptID delivered to the recipients.
 func (g *Gate) MarkDelivered(ctx context.Context, eventID, attemptID string, recipientIDs ...string) error {
-	if len(recipientIDs) == 0 {
-		return nil
-	}
-	pipe := g.rdb.Pipeline()
-	for _, id := range recipientIDs {
-		pipe.Set(ctx, g.Key(eventID, id), deliveredPrefix+attemptID, g.ttl)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := g.mark(ctx, eventID, deliveredPrefix+attemptID, recipientIDs); err != nil {
 		return fmt.Errorf("gate mark delivered: %w", err)
 	}
 	return nil
@@ -129,17 +122,23 @@ func (g *Gate) MarkDelivered(ctx context.Context, eventID, attemptID string, rec
 // MarkDeadLettered records that attemptID gave up on the recipients (they
 // are in the deliveries DLQ), so retries of the batch skip them.
 func (g *Gate) MarkDeadLettered(ctx context.Context, eventID, attemptID string, recipientIDs ...string) error {
+	if err := g.mark(ctx, eventID, deadLetteredPrefix+attemptID, recipientIDs); err != nil {
+		return fmt.Errorf("gate mark dead-lettered: %w", err)
+	}
+	return nil
+}
+
+// mark sets the recipients' keys to value in one pipeline.
+func (g *Gate) mark(ctx context.Context, eventID, value string, recipientIDs []string) error {
 	if len(recipientIDs) == 0 {
 		return nil
 	}
 	pipe := g.rdb.Pipeline()
 	for _, id := range recipientIDs {
-		pipe.Set(ctx, g.Key(eventID, id), deadLetteredPrefix+attemptID, g.ttl)
+		pipe.Set(ctx, g.Key(eventID, id), value, g.ttl)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("gate mark dead-lettered: %w", err)
-	}
-	return nil
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // CountFailures adds one failed attempt for each recipient of a batch's

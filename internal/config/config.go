@@ -321,6 +321,15 @@ func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, typ
 	}
 }
 
+// RedisClient returns a client of the Redis at url (FANOUT_REDIS_URL).
+func RedisClient(url string) (*redis.Client, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	}
+	return redis.NewClient(opt), nil
+}
+
 // ParseLevel parses a slog level name.
 func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -83,11 +82,10 @@ func runBridge(ctx context.Context) error {
 		return err
 	}
 	defer tc.Close()
-	ropt, err := redis.ParseURL(cfg.RedisURL)
+	rdb, err := config.RedisClient(cfg.RedisURL)
 	if err != nil {
-		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+		return err
 	}
-	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	bc := cfg.StarterConfig(rdb, log, nil)
 	bc.TracerProvider, bc.MeterProvider = tel.TracerProvider, tel.MeterProvider

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
@@ -77,11 +76,10 @@ func run() error {
 	dlw := activities.NewDeadLetterWriter(cfg.Brokers, cfg.DeliveriesDLQ)
 	defer dlw.Close()
 
-	opt, err := redis.ParseURL(cfg.URL)
+	rdb, err := config.RedisClient(cfg.URL)
 	if err != nil {
-		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+		return err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
