@@ -56,6 +56,9 @@ const (
 	HeaderSourcePartition = "fanout-source-partition"
 	HeaderSourceOffset    = "fanout-source-offset"
 	HeaderDeadLetteredAt  = "fanout-dlq-time"
+	// HeaderTruncated, when present, is the size of the original value,
+	// of which the DLQ record keeps the first 512 KiB.
+	HeaderTruncated = "fanout-dlq-truncated"
 )
 
 // Config configures a Bridge.
@@ -327,20 +330,57 @@ func (b *Bridge) deadLetter(ctx context.Context, m kafka.Message, perr error) er
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	headers := append([]kafka.Header{}, m.Headers...)
-	headers = append(headers,
-		kafka.Header{Key: HeaderReason, Value: []byte(reason)},
-		kafka.Header{Key: HeaderError, Value: []byte(perr.Error())},
-		kafka.Header{Key: HeaderSourceTopic, Value: []byte(m.Topic)},
-		kafka.Header{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
-		kafka.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
-		kafka.Header{Key: HeaderDeadLetteredAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
-	)
-	if err := b.dlq.WriteMessages(wctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}); err != nil {
+	if err := b.dlq.WriteMessages(wctx, DeadLetterRecord(m, reason, perr.Error(), time.Now())); err != nil {
 		return fmt.Errorf("write dead letter: %w", err)
 	}
 	b.Stats.DeadLettered.Add(1)
 	b.count(ctx, OutcomeDeadLettered, reason)
-	b.log.Warn("bad event dead-lettered", "reason", reason, "err", perr, "partition", m.Partition, "offset", m.Offset)
+	b.log.Warn("bad event dead-lettered", "reason", reason, "err", clip(perr.Error(), maxDLQErrorBytes), "partition", m.Partition, "offset", m.Offset)
 	return nil
+}
+
+// Bounds of an events-DLQ record, well under Kafka's default 1 MiB message
+// limit whatever the bad record held: a dead letter must always be
+// writable, or its partition would stop committing.
+const (
+	maxDLQValueBytes  = 512 << 10
+	maxDLQHeaders     = 32
+	maxDLQHeaderBytes = 64 << 10 // the original headers kept, keys and values
+	maxDLQErrorBytes  = 1 << 10
+)
+
+// DeadLetterRecord is the events-DLQ record of a bad record m: its key,
+// value and headers with the reason, the error and the source position
+// added. What would make it too large to write is cut: the value above
+// 512 KiB (HeaderTruncated then gives the original size; the source
+// topic/partition/offset point at the whole record), original headers beyond
+// 32 or 64 KiB, and the error beyond 1 KiB.
+func DeadLetterRecord(m kafka.Message, reason, errText string, now time.Time) kafka.Message {
+	headers := make([]kafka.Header, 0, min(len(m.Headers), maxDLQHeaders)+7)
+	size := 0
+	for _, h := range m.Headers {
+		size += len(h.Key) + len(h.Value)
+		if len(headers) == maxDLQHeaders || size > maxDLQHeaderBytes {
+			break
+		}
+		headers = append(headers, h)
+	}
+	value := m.Value
+	if len(value) > maxDLQValueBytes {
+		value = value[:maxDLQValueBytes]
+		headers = append(headers, kafka.Header{Key: HeaderTruncated, Value: []byte(strconv.Itoa(len(m.Value)))})
+	}
+	headers = append(headers,
+		kafka.Header{Key: HeaderReason, Value: []byte(reason)},
+		kafka.Header{Key: HeaderError, Value: []byte(clip(errText, maxDLQErrorBytes))},
+		kafka.Header{Key: HeaderSourceTopic, Value: []byte(m.Topic)},
+		kafka.Header{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(m.Partition))},
+		kafka.Header{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
+		kafka.Header{Key: HeaderDeadLetteredAt, Value: []byte(now.UTC().Format(time.RFC3339Nano))},
+	)
+	key := m.Key
+	if len(key) > maxDLQErrorBytes {
+		key = key[:maxDLQErrorBytes]
+	}
+	return kafka.Message{Key: key, Value: value, Headers: headers}
 }

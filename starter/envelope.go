@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
@@ -54,6 +55,23 @@ type Validator struct {
 	MaxPayloadBytes int
 }
 
+// maxEchoBytes bounds how much of a bad field an error repeats: the record
+// itself is in the DLQ, the error only needs to name what was wrong.
+const maxEchoBytes = 64
+
+// clip returns s cut to at most n bytes (at a rune boundary), marked with
+// "..." when cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
+}
+
 // traceHeaders are the Kafka record headers copied into the event.
 var traceHeaders = []string{"traceparent", "tracestate", "baggage"}
 
@@ -75,10 +93,10 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 	case env.Type == "":
 		return fanout.Event{}, invalid(ReasonMissingType, "the event has no type")
 	case !slices.Contains(v.Types, env.Type):
-		return fanout.Event{}, invalid(ReasonUnknownType, "type %q is not one of %v", env.Type, v.Types)
+		return fanout.Event{}, invalid(ReasonUnknownType, "type %q is not one of %v", clip(env.Type, maxEchoBytes), v.Types)
 	}
 	if env.Priority != "" && !fanout.Priority(env.Priority).Valid() {
-		return fanout.Event{}, invalid(ReasonUnknownPriority, "priority %q is not one of high, normal, low", env.Priority)
+		return fanout.Event{}, invalid(ReasonUnknownPriority, "priority %q is not one of high, normal, low", clip(env.Priority, maxEchoBytes))
 	}
 	if v.MaxPayloadBytes > 0 && len(env.Payload) > v.MaxPayloadBytes {
 		return fanout.Event{}, invalid(ReasonPayloadTooLarge, "payload of %d bytes is over the limit of %d", len(env.Payload), v.MaxPayloadBytes)

@@ -1,0 +1,104 @@
+package starter
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// header returns the value of the last header named key.
+func header(m kafka.Message, key string) (string, bool) {
+	v, ok := "", false
+	for _, h := range m.Headers {
+		if h.Key == key {
+			v, ok = string(h.Value), true
+		}
+	}
+	return v, ok
+}
+
+func recordSize(m kafka.Message) int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// TestDeadLetterRecordIsBounded: whatever a bad record holds, its DLQ record
+// stays writable (under Kafka's default 1 MiB), keeps the reason and the
+// source position, and says when the value was cut.
+func TestDeadLetterRecordIsBounded(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	many := make([]kafka.Header, 200)
+	for i := range many {
+		many[i] = kafka.Header{Key: "h" + strconv.Itoa(i), Value: []byte(strings.Repeat("v", 4096))}
+	}
+	cases := []struct {
+		name      string
+		m         kafka.Message
+		errText   string
+		truncated bool
+	}{
+		{"small record", kafka.Message{Key: []byte("k"), Value: []byte(`{"id":"a"}`)}, "missing_type: the event has no type", false},
+		{"600 KB value with an unknown type echoed", kafka.Message{Key: []byte("k"), Value: []byte(`{"id":"a","type":"` + strings.Repeat("x", 600<<10) + `"}`)},
+			"unknown_type: type " + strings.Repeat("x", 600<<10), true},
+		{"value just at the bound", kafka.Message{Value: []byte(strings.Repeat("y", maxDLQValueBytes))}, "invalid_json", false},
+		{"200 headers of 4 KiB and a huge key", kafka.Message{Key: []byte(strings.Repeat("k", 1<<20)), Value: []byte("x"), Headers: many}, "invalid_json", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.m.Topic, c.m.Partition, c.m.Offset = "fanout-events", 3, 42
+			d := DeadLetterRecord(c.m, "some_reason", c.errText, now)
+			if size := recordSize(d); size > 900<<10 {
+				t.Errorf("DLQ record is %d bytes, over 900 KiB", size)
+			}
+			for key, want := range map[string]string{HeaderReason: "some_reason", HeaderSourceTopic: "fanout-events", HeaderSourcePartition: "3", HeaderSourceOffset: "42"} {
+				if got, _ := header(d, key); got != want {
+					t.Errorf("header %s = %q, want %q", key, got, want)
+				}
+			}
+			if got, _ := header(d, HeaderError); len(got) > maxDLQErrorBytes+3 || !strings.HasPrefix(c.errText, strings.TrimSuffix(got, "...")) {
+				t.Errorf("error header is %d bytes and not a prefix of the error", len(got))
+			}
+			orig, cut := header(d, HeaderTruncated)
+			if cut != c.truncated {
+				t.Fatalf("truncated header present = %v, want %v", cut, c.truncated)
+			}
+			if cut && (orig != strconv.Itoa(len(c.m.Value)) || len(d.Value) != maxDLQValueBytes) {
+				t.Errorf("truncated: header %s, value %d bytes; want %d and %d", orig, len(d.Value), len(c.m.Value), maxDLQValueBytes)
+			}
+			if !cut && string(d.Value) != string(c.m.Value) {
+				t.Error("value changed although it was within the bound")
+			}
+		})
+	}
+}
+
+// TestInvalidErrorsEchoLittle: a bad type or priority is named in the error
+// but not repeated whole, so a huge field cannot make a huge error.
+func TestInvalidErrorsEchoLittle(t *testing.T) {
+	v := Validator{Types: []string{"webhook"}}
+	for _, rec := range []string{
+		`{"id":"a","type":"` + strings.Repeat("t", 1<<20) + `"}`,
+		`{"id":"a","type":"webhook","priority":"` + strings.Repeat("p", 1<<20) + `"}`,
+		`{"id":"a","type":"` + strings.Repeat("é", 100) + `"}`,
+	} {
+		_, err := v.Parse(kafka.Message{Value: []byte(rec)})
+		var ie *InvalidError
+		if !errors.As(err, &ie) {
+			t.Fatalf("want an InvalidError, got %v", err)
+		}
+		if len(err.Error()) > 300 {
+			t.Errorf("%s error is %d bytes", ie.Reason, len(err.Error()))
+		}
+		if !utf8.ValidString(err.Error()) {
+			t.Errorf("%s error cut inside a rune", ie.Reason)
+		}
+	}
+}
