@@ -24,8 +24,8 @@ func NewRegistry() *Registry { return &Registry{types: map[string]registered{}} 
 // Register adds an event type. It fails on an empty or duplicate name, a nil
 // handler or invalid options.
 func (r *Registry) Register(eventType string, h Handler, opts TypeOptions) error {
-	if eventType == "" {
-		return fmt.Errorf("register: empty event type")
+	if err := ValidateType(eventType); err != nil {
+		return fmt.Errorf("register %q: %w", eventType, err)
 	}
 	if h == nil {
 		return fmt.Errorf("register %q: nil handler", eventType)

@@ -37,7 +37,7 @@ func TestRegistryRegisterRejects(t *testing.T) {
 		opts      TypeOptions
 		want      []string // substrings of the error
 	}{
-		{"empty name", "", h, TypeOptions{}, []string{"empty event type"}},
+		{"empty name", "", h, TypeOptions{}, []string{"empty type"}},
 		{"nil handler", "t", nil, TypeOptions{}, []string{`"t"`, "nil handler"}},
 		{"duplicate", "taken", h, TypeOptions{}, []string{`"taken"`, "already registered"}},
 
@@ -51,6 +51,8 @@ func TestRegistryRegisterRejects(t *testing.T) {
 			TypeOptions{BatchSize: 10, PageSize: MaxBatchesPerPage*10 + 1}, []string{"PageSize", fmt.Sprint(MaxBatchesPerPage*10 + 1)}},
 		{"PageSize over MaxBatchesPerPage batches of 1", "t", h,
 			TypeOptions{BatchSize: 1, PageSize: MaxBatchesPerPage + 1}, []string{"PageSize"}},
+		{"type with a slash", "a/b", h, TypeOptions{}, []string{"type", "'/'"}},
+		{"type with a space", "order shipped", h, TypeOptions{}, []string{"type", "' '"}},
 		{"unknown DefaultPriority", "t", h, TypeOptions{DefaultPriority: "urgent"}, []string{"DefaultPriority", "urgent"}},
 		{"DefaultPriority differs in case", "t", h, TypeOptions{DefaultPriority: "High"}, []string{"DefaultPriority"}},
 		{"DeliverConcurrency negative", "t", h, TypeOptions{DeliverConcurrency: -1}, []string{"DeliverConcurrency"}},

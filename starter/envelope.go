@@ -88,8 +88,8 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 	switch {
 	case env.ID == "":
 		return fanout.Event{}, invalid(ReasonMissingID, "the event has no id")
-	case len(env.ID) > 200 || strings.ContainsAny(env.ID, "\x00\n\r:"):
-		return fanout.Event{}, invalid(ReasonInvalidID, "id must be at most 200 characters without NUL, newline or ':'")
+	case fanout.ValidateID(env.ID) != nil:
+		return fanout.Event{}, invalid(ReasonInvalidID, "%v", fanout.ValidateID(env.ID))
 	case env.Type == "":
 		return fanout.Event{}, invalid(ReasonMissingType, "the event has no type")
 	case !slices.Contains(v.Types, env.Type):

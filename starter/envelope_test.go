@@ -44,6 +44,10 @@ func TestParseInvalid(t *testing.T) {
 		{"id with newline", `{"id":"a\nb","type":"webhook"}`, ReasonInvalidID},
 		{"id with carriage return", `{"id":"a\rb","type":"webhook"}`, ReasonInvalidID},
 		{"id with NUL", `{"id":"a\u0000b","type":"webhook"}`, ReasonInvalidID},
+		{"id equal to another event's batch id", `{"id":"x/batch/0","type":"webhook"}`, ReasonInvalidID},
+		{"id with the attempt separator", `{"id":"a#0","type":"webhook"}`, ReasonInvalidID},
+		{"id with a bidi override", `{"id":"a\u202eb","type":"webhook"}`, ReasonInvalidID},
+		{"id with a space", `{"id":"a b","type":"webhook"}`, ReasonInvalidID},
 
 		{"no type", `{"id":"a"}`, ReasonMissingType},
 		{"empty type", `{"id":"a","type":""}`, ReasonMissingType},

@@ -206,6 +206,11 @@ func (b *Bridge) Validate() error {
 	if len(b.EventTypes) == 0 {
 		return fmt.Errorf("FANOUT_EVENT_TYPES: empty")
 	}
+	for _, t := range b.EventTypes {
+		if err := fanout.ValidateType(t); err != nil {
+			return fmt.Errorf("FANOUT_EVENT_TYPES: %w", err)
+		}
+	}
 	if b.MaxPayloadBytes <= 0 || b.MaxPayloadBytes > 1<<20 {
 		return fmt.Errorf("FANOUT_MAX_PAYLOAD_BYTES: %d outside 1..1048576 (Temporal payloads are limited to 2 MB)", b.MaxPayloadBytes)
 	}

@@ -191,6 +191,7 @@ func TestLoadBadValues(t *testing.T) {
 		{"broker without port", bridge, map[string]string{"FANOUT_KAFKA_BROKERS": "nohostport"}, "FANOUT_KAFKA_BROKERS"},
 		{"one bad broker among good", bridge, map[string]string{"FANOUT_KAFKA_BROKERS": "k1:9092,nohostport"}, "FANOUT_KAFKA_BROKERS"},
 		{"DLQ topic equal to the default events topic", bridge, map[string]string{"FANOUT_EVENTS_DLQ_TOPIC": "fanout-events"}, "FANOUT_EVENTS_DLQ_TOPIC"},
+		{"event type outside the type grammar", bridge, map[string]string{"FANOUT_EVENT_TYPES": "webhook,a/b"}, "FANOUT_EVENT_TYPES"},
 		{"DLQ topic equal to the events topic", bridge, map[string]string{"FANOUT_EVENTS_TOPIC": "ev", "FANOUT_EVENTS_DLQ_TOPIC": "ev"}, "FANOUT_EVENTS_DLQ_TOPIC"},
 		{"payload limit zero", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "0"}, "FANOUT_MAX_PAYLOAD_BYTES"},
 		{"payload limit negative", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "-1"}, "FANOUT_MAX_PAYLOAD_BYTES"},

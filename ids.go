@@ -1,0 +1,48 @@
+package fanout
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Event ids, recipient ids and event type names follow one grammar, checked
+// where they enter fanout: the bridge checks event ids and types, Register
+// checks types, the recipients page check checks recipient ids. They end up
+// in workflow ids, Redis keys and attempt ids, so the grammar leaves out the
+// separators those use ('/', ':', '#'), white space, and control and format
+// characters (bidi marks):
+//
+//	id        = 1*200 id-char
+//	id-char   = ALPHA / DIGIT / "-" / "_" / "." / "~" / "+" / "=" / "@" / ","
+//	type      = 1*64 type-char
+//	type-char = ALPHA / DIGIT / "-" / "_" / "."
+const (
+	MaxIDLen   = 200
+	MaxTypeLen = 64
+)
+
+const (
+	typeChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_."
+	idChars   = typeChars + "~+=@,"
+)
+
+// ValidateID reports whether id follows the id grammar, naming what is wrong.
+func ValidateID(id string) error { return validateName("id", id, MaxIDLen, idChars) }
+
+// ValidateType reports whether t follows the type grammar.
+func ValidateType(t string) error { return validateName("type", t, MaxTypeLen, typeChars) }
+
+func validateName(what, s string, maxLen int, allowed string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("empty %s", what)
+	case len(s) > maxLen:
+		return fmt.Errorf("%s of %d bytes is over %d", what, len(s), maxLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(allowed, s[i]) < 0 {
+			return fmt.Errorf("%s has %q at byte %d; allowed: letters, digits and %q", what, s[i], i, allowed[62:])
+		}
+	}
+	return nil
+}
