@@ -166,9 +166,13 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 	return res, nil
 }
 
-// loadBatch returns a staged batch, fetching its page again if the staged
-// copy is gone.
-func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, ev fanout.Event, ref BatchRef) ([]fanout.Recipient, error) {
+// loadBatch returns the recipients of the batch: Recipients, or the staged
+// batch Ref, fetching its page again if the staged copy is gone.
+func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in DeliverBatchInput) ([]fanout.Recipient, error) {
+	ref := in.Ref
+	if ref == nil {
+		return in.Recipients, nil
+	}
 	if a.Staging != nil {
 		rs, ok, err := a.Staging.Load(ctx, ref.Key)
 		if err != nil {
@@ -178,7 +182,7 @@ func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, ev fanout.
 			return rs, nil
 		}
 	}
-	p, err := h.GetRecipients(ctx, ev, ref.PageCursor, ref.PageLimit)
+	p, err := h.GetRecipients(ctx, in.Event, ref.PageCursor, ref.PageLimit)
 	if err != nil {
 		return nil, nonRetryableIfPermanent(err)
 	}
@@ -204,7 +208,8 @@ type DeliverBatchInput struct {
 	Event     fanout.Event
 	Priority  fanout.Priority
 	AttemptID string
-	// Recipients of the batch, or Ref to the staged batch.
+	// Recipients of the batch (at most fanout.MaxBatchSize), or Ref to the
+	// batch staged in Redis by the page activity.
 	Recipients []fanout.Recipient
 	Ref        *BatchRef `json:",omitempty"`
 	Message    fanout.Message
@@ -213,9 +218,11 @@ type DeliverBatchInput struct {
 	MaxAttempts int
 	Concurrency int
 	// Redrive re-delivers recipients this attempt id dead-lettered; Round
-	// names the redrive so its attempts are counted afresh.
-	Redrive bool
-	Round   string
+	// names the redrive so its attempts are counted afresh. Both are left
+	// out of the JSON when zero, as they always were in the DeliveryBatch
+	// workflow's input, which embeds this one.
+	Redrive bool   `json:",omitempty"`
+	Round   string `json:",omitempty"`
 }
 
 // Failure is a recipient that was not delivered.
@@ -247,6 +254,8 @@ type outcome struct {
 	r          fanout.Recipient
 	err        error
 	retryAfter time.Duration
+	// failures counts the recipient's failed tries (set by countFailures).
+	failures int
 }
 
 // DeliverBatch delivers the message to a batch of recipients: the gate
@@ -262,127 +271,163 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
-	attempt := int(activity.GetInfo(ctx).Attempt)
-	var res DeliverBatchResult
-	if ref := in.Ref; ref != nil {
-		if in.Recipients, err = a.loadBatch(ctx, h, in.Event, *ref); err != nil {
-			return res, err
-		}
-		in.Ref = nil
-		r, err := a.DeliverBatch(ctx, in)
-		if err == nil && a.Staging != nil {
-			// Every recipient is delivered, a duplicate or dead-lettered:
-			// the staged copy is no longer needed (its TTL is the backstop).
-			_ = a.Staging.Drop(ctx, ref.Key)
-		}
-		return r, err
+	if in.Recipients, err = a.loadBatch(ctx, h, in); err != nil {
+		return DeliverBatchResult{}, err
 	}
-
-	todo := in.Recipients
-	if a.dedup() {
-		ids := make([]string, len(in.Recipients))
-		for i, r := range in.Recipients {
-			ids[i] = r.ID
-		}
-		verdicts, err := a.Gate.Acquire(ctx, in.Event.ID, in.AttemptID, ids, in.Redrive)
-		if err != nil {
-			// Redis is unreachable: never deliver without the gate; retry.
-			return res, err
-		}
-		todo = make([]fanout.Recipient, 0, len(in.Recipients))
-		for i, v := range verdicts {
-			switch v {
-			case gate.Deliver, gate.Redeliver:
-				todo = append(todo, in.Recipients[i])
-			case gate.DeliveredByUs:
-				res.Delivered++
-			case gate.Duplicate:
-				res.Duplicates++
-			case gate.DeadLetteredByUs:
-				res.Failed++
-				res.DeadLettered++
-			}
-		}
+	todo, res, err := a.admit(ctx, in)
+	if err != nil {
+		return DeliverBatchResult{}, err
 	}
-
 	outcomes, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
+	failed := res.addDelivered(outcomes)
+	if err := a.countFailures(ctx, in, failed); err != nil {
+		return DeliverBatchResult{}, err
+	}
+	giveUp, retry := settle(failed, max(in.MaxAttempts, 1))
+	if err := a.deadLetter(ctx, in, giveUp); err != nil {
+		return DeliverBatchResult{}, err
+	}
+	res.addGivenUp(giveUp, a.DeadLetters != nil)
+	if len(retry) > 0 {
+		observeRetried(ctx, in, len(retry))
+		return DeliverBatchResult{}, a.retryError(in, retry)
+	}
+	if len(giveUp) > 0 && a.Logger != nil {
+		a.Logger.Warn("batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
+	}
+	a.dropStaged(ctx, in.Ref)
+	return res, nil
+}
+
+// admit asks the gate for each recipient's verdict (one pipeline for the
+// batch) and returns the recipients to deliver, the others counted in the
+// result. Without a gate every recipient is delivered.
+func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) ([]fanout.Recipient, DeliverBatchResult, error) {
+	var res DeliverBatchResult
+	if !a.dedup() {
+		return in.Recipients, res, nil
+	}
+	ids := make([]string, len(in.Recipients))
+	for i, r := range in.Recipients {
+		ids[i] = r.ID
+	}
+	verdicts, err := a.Gate.Acquire(ctx, in.Event.ID, in.AttemptID, ids, in.Redrive)
+	if err != nil {
+		// Redis is unreachable: never deliver without the gate; retry.
+		return nil, res, err
+	}
+	todo := make([]fanout.Recipient, 0, len(in.Recipients))
+	for i, v := range verdicts {
+		switch v {
+		case gate.Deliver, gate.Redeliver:
+			todo = append(todo, in.Recipients[i])
+		case gate.DeliveredByUs:
+			res.Delivered++
+		case gate.Duplicate:
+			res.Duplicates++
+		case gate.DeadLetteredByUs:
+			res.Failed++
+			res.DeadLettered++
+		}
+	}
+	return todo, res, nil
+}
+
+// addDelivered counts the delivered outcomes and returns the failed ones.
+func (r *DeliverBatchResult) addDelivered(outcomes []outcome) []outcome {
 	var failed []outcome
 	for _, o := range outcomes {
 		if o.err == nil {
-			res.Delivered++
+			r.Delivered++
 		} else {
 			failed = append(failed, o)
 		}
 	}
-	if len(failed) == 0 {
-		return res, nil
-	}
+	return failed
+}
 
-	// Count the failures per recipient (in Redis, so retries and crashes
-	// do not reset them), and split into given-up and to-retry.
+// countFailures sets each failed outcome's failure count: counted per
+// recipient in Redis, so that retries and crashes do not reset them, or,
+// without a gate, the activity's attempt.
+func (a *Activities) countFailures(ctx context.Context, in DeliverBatchInput, failed []outcome) error {
+	if len(failed) == 0 {
+		return nil
+	}
 	counts := make([]int, len(failed))
 	if a.dedup() {
 		ids := make([]string, len(failed))
 		for i, o := range failed {
 			ids[i] = o.r.ID
 		}
+		var err error
 		if counts, err = a.Gate.CountFailures(ctx, in.Event.ID, in.AttemptID, in.Round, ids); err != nil {
-			return DeliverBatchResult{}, err
+			return err
 		}
 	} else {
+		attempt := int(activity.GetInfo(ctx).Attempt)
 		for i := range counts {
 			counts[i] = attempt
 		}
 	}
-	maxAttempts := max(in.MaxAttempts, 1)
-	var giveUp []Failure
-	var retry []outcome
-	var retryAfter time.Duration
-	for i, o := range failed {
+	for i := range failed {
+		failed[i].failures = counts[i]
+	}
+	return nil
+}
+
+// settle splits the failed outcomes into the recipients given up (a
+// permanent failure, or maxAttempts failures) and those to retry.
+func settle(failed []outcome, maxAttempts int) (giveUp []Failure, retry []outcome) {
+	for _, o := range failed {
 		perm := fanout.IsPermanent(o.err)
-		if perm || counts[i] >= maxAttempts {
-			giveUp = append(giveUp, Failure{Recipient: o.r, Attempts: counts[i], Permanent: perm, Error: o.err.Error()})
+		if perm || o.failures >= maxAttempts {
+			giveUp = append(giveUp, Failure{Recipient: o.r, Attempts: o.failures, Permanent: perm, Error: o.err.Error()})
 			continue
 		}
 		retry = append(retry, o)
-		retryAfter = max(retryAfter, o.retryAfter)
 	}
-	if len(giveUp) > 0 {
-		if err := a.deadLetter(ctx, in, giveUp); err != nil {
-			return DeliverBatchResult{}, err
-		}
-		res.Failed += len(giveUp)
-		res.Failures = append(res.Failures, giveUp...)
-		if a.DeadLetters != nil {
-			res.DeadLettered += len(giveUp)
-		}
+	return giveUp, retry
+}
+
+// addGivenUp counts the given-up recipients as failed, and as dead-lettered
+// when they went to the deliveries DLQ (published).
+func (r *DeliverBatchResult) addGivenUp(fs []Failure, published bool) {
+	r.Failed += len(fs)
+	r.Failures = append(r.Failures, fs...)
+	if published {
+		r.DeadLettered += len(fs)
 	}
-	if len(retry) > 0 {
-		pol := a.Backoff
-		if pol.Initial == 0 {
-			pol = DefaultBackoff
-		}
-		// The backoff grows with the recipients' own failure counts.
-		n := 0
-		for i, o := range failed {
-			if !fanout.IsPermanent(o.err) && counts[i] < maxAttempts {
-				n = max(n, counts[i])
-			}
-		}
-		delay := pol.Delay(n, retryAfter, nil)
-		observeRetried(ctx, in, len(retry))
-		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("%d of %d recipients failed transiently (first: %s); retrying in %v",
-				len(retry), len(in.Recipients), retry[0].err, delay.Round(time.Millisecond)),
-			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
+}
+
+// retryError is the error that makes the activity retry the recipients of
+// retry: after the backoff of the highest failure count among them (the
+// backoff grows with the recipients' own counts), or the longest
+// Retry-After they were given.
+func (a *Activities) retryError(in DeliverBatchInput, retry []outcome) error {
+	pol := a.Backoff
+	if pol.Initial == 0 {
+		pol = DefaultBackoff
 	}
-	if a.Logger != nil {
-		a.Logger.Warn("batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
+	n, retryAfter := 0, time.Duration(0)
+	for _, o := range retry {
+		n, retryAfter = max(n, o.failures), max(retryAfter, o.retryAfter)
 	}
-	return res, nil
+	delay := pol.Delay(n, retryAfter, nil)
+	return temporal.NewApplicationErrorWithOptions(
+		fmt.Sprintf("%d of %d recipients failed transiently (first: %s); retrying in %v",
+			len(retry), len(in.Recipients), retry[0].err, delay.Round(time.Millisecond)),
+		ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: delay})
+}
+
+// dropStaged drops the staged copy of a finished batch (every recipient is
+// delivered, a duplicate or dead-lettered); its TTL is the backstop.
+func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
+	if ref != nil && a.Staging != nil {
+		_ = a.Staging.Drop(ctx, ref.Key)
+	}
 }
 
 // deliverAll delivers to todo with bounded concurrency. Each success is
@@ -476,6 +521,9 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 // deadLetter publishes the given-up recipients to the deliveries DLQ, then
 // marks them in the gate so retries of this batch skip them.
 func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []Failure) error {
+	if len(fs) == 0 {
+		return nil
+	}
 	if a.DeadLetters != nil {
 		now := time.Now().UTC()
 		dls := make([]DeadLetter, len(fs))

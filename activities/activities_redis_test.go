@@ -151,15 +151,7 @@ func TestGateSkipsWhatWasDeliveredAndDuplicates(t *testing.T) {
 }
 
 func TestFailuresRetryWithJitterThenDeadLetter(t *testing.T) {
-	h := &audience{fail: func(r fanout.Recipient) error {
-		switch r.ID {
-		case "perm":
-			return fanout.Permanent(errors.New("HTTP 404"))
-		case "flaky":
-			return fanout.RetryAfter(3*time.Second, errors.New("HTTP 429"))
-		}
-		return nil
-	}}
+	h := &audience{fail: failPermanentOrRetryAfter("perm", "flaky")}
 	env, acts, dl := setup(t, h)
 	ev := event("fail", 0)
 	in := activities.DeliverBatchInput{Event: ev, Priority: fanout.PriorityHigh, AttemptID: "f#0",

@@ -3,12 +3,15 @@ package activities_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/fanout/fanout"
@@ -71,6 +74,20 @@ func (d *dlqRecorder) Publish(_ context.Context, dls []activities.DeadLetter) er
 	return nil
 }
 
+// failPermanentOrRetryAfter fails recipient perm permanently (HTTP 404) and
+// recipient flaky transiently with a Retry-After of 3s (HTTP 429).
+func failPermanentOrRetryAfter(perm, flaky string) func(fanout.Recipient) error {
+	return func(r fanout.Recipient) error {
+		switch r.ID {
+		case perm:
+			return fanout.Permanent(errors.New("HTTP 404"))
+		case flaky:
+			return fanout.RetryAfter(3*time.Second, errors.New("HTTP 429"))
+		}
+		return nil
+	}
+}
+
 func event(id string, n int) fanout.Event {
 	return fanout.Event{ID: id + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Type: "t", Payload: json.RawMessage(fmt.Sprintf(`{"N":%d}`, n))}
 }
@@ -95,6 +112,64 @@ func TestPrepareResolvesLocalDeliveryMax(t *testing.T) {
 		}
 		if res.Options.LocalDeliveryMax != tc.want {
 			t.Errorf("type's LocalDeliveryMax %d: Prepare reported %d, want %d", tc.set, res.Options.LocalDeliveryMax, tc.want)
+		}
+	}
+}
+
+// Without a gate and without staging, DeliverBatch counts failures by the
+// activity's attempt, dead-letters permanent failures and those at
+// MaxAttempts, asks for a retry (Retry-After) of the others, and fetches a
+// staged batch's page again from get_recipients.
+func TestDeliverBatchWithoutGateOrStaging(t *testing.T) {
+	h := &audience{delivered: map[string]int{}, fail: failPermanentOrRetryAfter("r1", "r2")}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	run := func(acts *activities.Activities, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
+		t.Helper()
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestActivityEnvironment()
+		env.RegisterActivity(acts)
+		var res activities.DeliverBatchResult
+		v, err := env.ExecuteActivity(acts.DeliverBatch, in)
+		if err == nil {
+			err = v.Get(&res)
+		}
+		return res, err
+	}
+	ev := event("nogate", 10)
+	recips := []fanout.Recipient{{ID: "r0"}, {ID: "r1"}, {ID: "r2"}}
+
+	// The first attempt has failed once: r2 is retried after its Retry-After.
+	dl := &dlqRecorder{}
+	_, err := run(&activities.Activities{Registry: reg, DeadLetters: dl},
+		activities.DeliverBatchInput{Event: ev, AttemptID: "a#0", Recipients: recips, MaxAttempts: 2, Concurrency: 2})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrDeliveryRetry || ae.NextRetryDelay() != 3*time.Second ||
+		!strings.Contains(ae.Message(), "1 of 3 recipients failed transiently") {
+		t.Fatalf("MaxAttempts 2: %v, want a retry in 3s", err)
+	}
+	if len(dl.dls) != 1 || dl.dls[0].Recipient.ID != "r1" || !dl.dls[0].Permanent || dl.dls[0].Attempts != 1 {
+		t.Fatalf("dead letters: %+v", dl.dls)
+	}
+
+	// At MaxAttempts 1, r2 is given up too; without a DLQ it is failed, not
+	// dead-lettered.
+	res, err := run(&activities.Activities{Registry: reg},
+		activities.DeliverBatchInput{Event: ev, AttemptID: "a#0", Recipients: recips, MaxAttempts: 1, Concurrency: 2})
+	if err != nil || res.Delivered != 1 || res.Failed != 2 || res.DeadLettered != 0 || len(res.Failures) != 2 {
+		t.Fatalf("MaxAttempts 1: %+v %v", res, err)
+	}
+
+	// A staged batch without staging: its page is fetched again.
+	h.fail = nil
+	res, err = run(&activities.Activities{Registry: reg}, activities.DeliverBatchInput{Event: ev, AttemptID: "a#1",
+		Ref: &activities.BatchRef{N: 1, Count: 4, PageLimit: 10, Offset: 3}, MaxAttempts: 1, Concurrency: 2})
+	if err != nil || res.Delivered != 4 || res.Failed != 0 {
+		t.Fatalf("staged batch: %+v %v", res, err)
+	}
+	for _, id := range []string{"r3", "r4", "r5", "r6"} {
+		if h.delivered[id] != 1 {
+			t.Errorf("%s delivered %d times, want 1", id, h.delivered[id])
 		}
 	}
 }

@@ -134,11 +134,11 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 				TaskQueue:                vocab.DeliveryTaskQueue(prio),
 				WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 				StaticSummary:            fmt.Sprintf("redrive of %d dead letters of %s event %s", len(chunk), d.EventType, d.EventID),
-			}, workflows.DeliveryBatch, workflows.DeliveryBatchInput{
+			}, workflows.DeliveryBatch, workflows.DeliveryBatchInput{DeliverBatchInput: activities.DeliverBatchInput{
 				Event: d.Event, Priority: prio, AttemptID: d.AttemptID, Recipients: chunk, Message: d.Message,
 				MaxAttempts: max(d.Attempts, fanout.DefaultMaxAttempts), Concurrency: fanout.DefaultDeliverConcurrency,
 				Redrive: true, Round: o.Round,
-			})
+			}})
 			if err != nil {
 				return res, fmt.Errorf("start redrive %s: %w", wid, err)
 			}

@@ -10,24 +10,14 @@ import (
 	"github.com/fanout/fanout/activities"
 )
 
-// DeliveryBatchInput is one batch of an event's recipients.
+// DeliveryBatchInput is one batch of an event's recipients: the input of
+// its DeliverBatch activity, numbered, with the activity's timeout. The
+// embedded fields are flattened in JSON, so the payload is the same as when
+// they were declared here.
 type DeliveryBatchInput struct {
-	Event     fanout.Event
-	Priority  fanout.Priority
-	BatchNo   int
-	AttemptID string
-	// Recipients of this batch (at most fanout.MaxBatchSize), or Ref to
-	// the batch staged in Redis by the page activity.
-	Recipients  []fanout.Recipient
-	Ref         *activities.BatchRef `json:",omitempty"`
-	Message     fanout.Message
-	MaxAttempts int
-	Concurrency int
-	Timeout     time.Duration
-	// Redrive re-delivers dead-lettered recipients of AttemptID; Round
-	// names the redrive.
-	Redrive bool   `json:",omitempty"`
-	Round   string `json:",omitempty"`
+	activities.DeliverBatchInput
+	BatchNo int
+	Timeout time.Duration
 }
 
 // DeliveryBatchResult reports the batch's per-recipient outcomes.
@@ -38,18 +28,7 @@ type DeliveryBatchResult = activities.DeliverBatchResult
 // still failing after MaxAttempts come back in the result's Failures.
 func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchResult, error) {
 	var res DeliveryBatchResult
-	err := workflow.ExecuteActivity(deliverContext(ctx, in.Timeout, ""), a.DeliverBatch, activities.DeliverBatchInput{
-		Event:       in.Event,
-		Priority:    in.Priority,
-		AttemptID:   in.AttemptID,
-		Redrive:     in.Redrive,
-		Round:       in.Round,
-		Recipients:  in.Recipients,
-		Ref:         in.Ref,
-		Message:     in.Message,
-		MaxAttempts: in.MaxAttempts,
-		Concurrency: in.Concurrency,
-	}).Get(ctx, &res)
+	err := workflow.ExecuteActivity(deliverContext(ctx, in.Timeout, ""), a.DeliverBatch, in.DeliverBatchInput).Get(ctx, &res)
 	return res, err
 }
 

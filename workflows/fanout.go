@@ -316,16 +316,9 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	})
 	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
-		Event:       batchEvent(r.in.Event, ref),
-		Priority:    st.Priority,
-		BatchNo:     n,
-		AttemptID:   vocab.AttemptID(r.in.Event.ID, n),
-		Recipients:  recips,
-		Ref:         ref,
-		Message:     st.Message,
-		MaxAttempts: opts.MaxAttempts,
-		Concurrency: opts.DeliverConcurrency,
-		Timeout:     opts.DeliverTimeout,
+		DeliverBatchInput: r.batchInput(n, recips, ref),
+		BatchNo:           n,
+		Timeout:           opts.DeliverTimeout,
 	})
 	r.pending++
 	r.prog.BatchesStarted++
@@ -344,6 +337,22 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		r.account(res, err, size)
 		r.setDetails()
 	})
+}
+
+// batchInput is the DeliverBatchInput of batch n: recips inline, or the
+// staged batch ref.
+func (r *fanoutRun) batchInput(n int, recips []fanout.Recipient, ref *activities.BatchRef) activities.DeliverBatchInput {
+	st, ev := r.st, r.in.Event
+	return activities.DeliverBatchInput{
+		Event:       batchEvent(ev, ref),
+		Priority:    st.Priority,
+		AttemptID:   vocab.AttemptID(ev.ID, n),
+		Recipients:  recips,
+		Ref:         ref,
+		Message:     st.Message,
+		MaxAttempts: st.Options.MaxAttempts,
+		Concurrency: st.Options.DeliverConcurrency,
+	}
 }
 
 // account adds a batch's outcome to the progress.
@@ -477,7 +486,7 @@ const localDeliverTimeout = 10 * time.Second
 // when the audience is small enough, else as a DeliverBatch activity on the
 // priority's delivery queue.
 func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, error) {
-	ctx, st, ev := r.ctx, r.st, r.in.Event
+	ctx, st := r.ctx, r.st
 	r.prog.Pages++
 	r.prog.Found += int64(len(recips))
 	r.prog.PagingDone = true
@@ -485,10 +494,7 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
 		r.setDetails()
 		var res activities.DeliverBatchResult
-		in := activities.DeliverBatchInput{
-			Event: batchEvent(ev, nil), Priority: st.Priority, AttemptID: vocab.AttemptID(ev.ID, 0), Recipients: recips,
-			Message: st.Message, MaxAttempts: st.Options.MaxAttempts, Concurrency: st.Options.DeliverConcurrency,
-		}
+		in := r.batchInput(0, recips, nil)
 		dctx := deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority))
 		var err error
 		if len(recips) <= st.Options.LocalDeliveryMax {
