@@ -19,30 +19,30 @@ import (
 
 // Denied are the ranges refused unless allowed.
 var Denied = mustPrefixes(
-	"0.0.0.0/8",          // "this network"
-	"10.0.0.0/8",         // private
-	"100.64.0.0/10",      // CGNAT
-	"127.0.0.0/8",        // loopback
-	"169.254.0.0/16",     // link-local, cloud metadata
-	"172.16.0.0/12",      // private
-	"192.0.0.0/24",       // IETF protocol assignments
-	"192.0.2.0/24",       // documentation
-	"192.168.0.0/16",     // private
-	"198.18.0.0/15",      // benchmarking
-	"198.51.100.0/24",    // documentation
-	"203.0.113.0/24",     // documentation
-	"224.0.0.0/4",        // multicast
-	"240.0.0.0/4",        // reserved, broadcast
-	"::/128",             // unspecified
-	"::1/128",            // loopback
-	"64:ff9b::/96",       // NAT64 (embeds IPv4 addresses)
-	"64:ff9b:1::/48",     // local NAT64
-	"100::/64",           // discard
-	"2001:db8::/32",      // documentation
-	"2002::/16",          // 6to4 (embeds IPv4 addresses)
-	"fc00::/7",           // unique local
-	"fe80::/10",          // link-local
-	"ff00::/8",           // multicast
+	"0.0.0.0/8",       // "this network"
+	"10.0.0.0/8",      // private
+	"100.64.0.0/10",   // CGNAT
+	"127.0.0.0/8",     // loopback
+	"169.254.0.0/16",  // link-local, cloud metadata
+	"172.16.0.0/12",   // private
+	"192.0.0.0/24",    // IETF protocol assignments
+	"192.0.2.0/24",    // documentation
+	"192.168.0.0/16",  // private
+	"198.18.0.0/15",   // benchmarking
+	"198.51.100.0/24", // documentation
+	"203.0.113.0/24",  // documentation
+	"224.0.0.0/4",     // multicast
+	"240.0.0.0/4",     // reserved, broadcast
+	"::/128",          // unspecified
+	"::1/128",         // loopback
+	"64:ff9b::/96",    // NAT64 (embeds IPv4 addresses)
+	"64:ff9b:1::/48",  // local NAT64
+	"100::/64",        // discard
+	"2001:db8::/32",   // documentation
+	"2002::/16",       // 6to4 (embeds IPv4 addresses)
+	"fc00::/7",        // unique local
+	"fe80::/10",       // link-local
+	"ff00::/8",        // multicast
 )
 
 func mustPrefixes(ss ...string) []netip.Prefix {
