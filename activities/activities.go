@@ -7,6 +7,8 @@ package activities
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -274,7 +276,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if in.Recipients, err = a.loadBatch(ctx, h, in); err != nil {
 		return DeliverBatchResult{}, err
 	}
-	todo, res, err := a.admit(ctx, in)
+	todo, rejected, res, err := a.admit(ctx, in)
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
@@ -287,6 +289,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		return DeliverBatchResult{}, err
 	}
 	giveUp, retry := settle(failed, max(in.MaxAttempts, 1))
+	giveUp = append(rejected, giveUp...)
 	if err := a.deadLetter(ctx, in, giveUp); err != nil {
 		return DeliverBatchResult{}, err
 	}
@@ -302,28 +305,35 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	return res, nil
 }
 
-// admit asks the gate for each recipient's verdict (one pipeline for the
-// batch) and returns the recipients to deliver, the others counted in the
-// result. Without a gate every recipient is delivered.
-func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) ([]fanout.Recipient, DeliverBatchResult, error) {
-	var res DeliverBatchResult
-	if !a.dedup() {
-		return in.Recipients, res, nil
+// admit screens the batch and asks the gate for each recipient's verdict
+// (one pipeline for the batch). It returns the recipients to deliver, the
+// ones rejected for an id outside fanout's grammar (to be dead-lettered, never
+// delivered), and the others counted in the result: a recipient whose id
+// appears again in the batch is a duplicate. Without a gate every valid
+// recipient is delivered.
+func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) (todo []fanout.Recipient, rejected []Failure, res DeliverBatchResult, err error) {
+	cands, invalid, dups := screen(in.Recipients)
+	res.Duplicates = dups
+	verdicts := make([]gate.Verdict, len(cands)) // gate.Deliver each, without a gate
+	if a.dedup() {
+		ids := make([]string, len(cands))
+		for i, r := range cands {
+			ids[i] = r.ID
+		}
+		if verdicts, err = a.Gate.Acquire(ctx, in.Event.ID, in.AttemptID, ids, in.Redrive); err != nil {
+			// Redis is unreachable: never deliver without the gate; retry.
+			return nil, nil, res, err
+		}
 	}
-	ids := make([]string, len(in.Recipients))
-	for i, r := range in.Recipients {
-		ids[i] = r.ID
-	}
-	verdicts, err := a.Gate.Acquire(ctx, in.Event.ID, in.AttemptID, ids, in.Redrive)
-	if err != nil {
-		// Redis is unreachable: never deliver without the gate; retry.
-		return nil, res, err
-	}
-	todo := make([]fanout.Recipient, 0, len(in.Recipients))
+	todo = make([]fanout.Recipient, 0, len(cands))
 	for i, v := range verdicts {
 		switch v {
 		case gate.Deliver, gate.Redeliver:
-			todo = append(todo, in.Recipients[i])
+			if why, bad := invalid[cands[i].ID]; bad {
+				rejected = append(rejected, Failure{Recipient: cands[i], Permanent: true, Error: why})
+				continue
+			}
+			todo = append(todo, cands[i])
 		case gate.DeliveredByUs:
 			res.Delivered++
 		case gate.Duplicate:
@@ -333,7 +343,48 @@ func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) ([]fanout.
 			res.DeadLettered++
 		}
 	}
-	return todo, res, nil
+	return todo, rejected, res, nil
+}
+
+// ReasonInvalidRecipientID starts the error of a recipient rejected for its
+// id (in the batch result and the deliveries DLQ).
+const ReasonInvalidRecipientID = "invalid_recipient_id"
+
+// screen drops the repeats of a recipient id within the batch (counted as
+// duplicates: they would present the same attempt id to the gate and be
+// delivered twice) and gives each recipient whose id is outside fanout's
+// grammar a stand-in id ("invalid-" and a hash of the id) under which the
+// gate and the deliveries DLQ know it; invalid maps those stand-ins to the
+// reason. The stand-in keeps the recipient out of every key built from ids.
+func screen(rs []fanout.Recipient) (cands []fanout.Recipient, invalid map[string]string, dups int) {
+	seen := make(map[string]struct{}, len(rs))
+	cands = make([]fanout.Recipient, 0, len(rs))
+	for _, r := range rs {
+		if err := fanout.ValidateID(r.ID); err != nil {
+			sum := sha256.Sum256([]byte(r.ID))
+			standIn := "invalid-" + hex.EncodeToString(sum[:16])
+			if invalid == nil {
+				invalid = map[string]string{}
+			}
+			invalid[standIn] = fmt.Sprintf("%s: %v (id %.64q)", ReasonInvalidRecipientID, err, r.ID)
+			r = fanout.Recipient{ID: standIn, Address: clip(r.Address, 2048)}
+		}
+		if _, again := seen[r.ID]; again {
+			dups++
+			continue
+		}
+		seen[r.ID] = struct{}{}
+		cands = append(cands, r)
+	}
+	return cands, invalid, dups
+}
+
+// clip cuts s to at most n bytes.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 // addDelivered counts the delivered outcomes and returns the failed ones.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +195,60 @@ func TestFailuresRetryWithJitterThenDeadLetter(t *testing.T) {
 	}
 	if err := v.Get(&res); err != nil || res.Delivered != 2 {
 		t.Fatalf("redrive: %+v %v", res, err)
+	}
+}
+
+// TestBatchScreensRepeatedAndInvalidRecipientIDs: a recipient listed twice
+// in one batch is delivered once (the repeat is a duplicate), and ids outside
+// fanout's grammar (a slash, empty, a bidi mark, 10 KiB) are never delivered:
+// they go to the deliveries DLQ under a stand-in id with the reason, once,
+// and a retry of the batch neither delivers nor dead-letters them again.
+func TestBatchScreensRepeatedAndInvalidRecipientIDs(t *testing.T) {
+	h := &audience{}
+	env, acts, dl := setup(t, h)
+	ev := event("screen", 0)
+	bad := []string{"x/batch/0", "", "a\u202eb", strings.Repeat("z", 10<<10)}
+	rs := []fanout.Recipient{{ID: "a"}, {ID: "a"}, {ID: "b"}}
+	for _, id := range bad {
+		rs = append(rs, fanout.Recipient{ID: id, Address: "http://127.0.0.1:1/"})
+	}
+	rs = append(rs, fanout.Recipient{ID: bad[0]}) // an invalid id repeated
+	run := func() activities.DeliverBatchResult {
+		t.Helper()
+		v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{Event: ev, AttemptID: "s#0", Recipients: rs, MaxAttempts: 3, Concurrency: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res activities.DeliverBatchResult
+		if err := v.Get(&res); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := run()
+	if res.Delivered != 2 || res.Duplicates != 2 || res.Failed != len(bad) || res.DeadLettered != len(bad) {
+		t.Fatalf("first run: %+v; want 2 delivered, 2 duplicates, %d failed and dead-lettered", res, len(bad))
+	}
+	if res.Delivered+res.Duplicates+res.Failed != len(rs) {
+		t.Errorf("%d recipients accounted for, want all %d", res.Delivered+res.Duplicates+res.Failed, len(rs))
+	}
+	for id, n := range h.delivered {
+		if fanout.ValidateID(id) != nil || n != 1 {
+			t.Errorf("recipient %.20q delivered %d times", id, n)
+		}
+	}
+	if len(dl.dls) != len(bad) {
+		t.Fatalf("%d dead letters, want %d", len(dl.dls), len(bad))
+	}
+	for _, d := range dl.dls {
+		if !strings.HasPrefix(d.Recipient.ID, "invalid-") || fanout.ValidateID(d.Recipient.ID) != nil ||
+			!strings.HasPrefix(d.LastError, activities.ReasonInvalidRecipientID) || !d.Permanent || len(d.LastError) > 400 {
+			t.Errorf("dead letter %+v", d.Recipient)
+		}
+	}
+	// The retry of the same batch: nothing delivered or dead-lettered again.
+	again := run()
+	if again.Delivered != 2 || again.Failed != len(bad) || len(dl.dls) != len(bad) || h.delivered["a"] != 1 {
+		t.Errorf("retry: %+v, %d dead letters, a delivered %d times", again, len(dl.dls), h.delivered["a"])
 	}
 }
