@@ -23,6 +23,7 @@ import (
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities/gate"
 	"github.com/fanout/fanout/activities/staging"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // Activities holds the dependencies of the activities.
@@ -154,13 +155,13 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 		return res, nil
 	}
 	batches := slices.Collect(slices.Chunk(p.Recipients, in.BatchSize))
-	if err := a.Staging.Stage(ctx, in.Event.ID, in.FirstBatch, batches); err != nil {
+	if err := a.Staging.Stage(ctx, eventKey(in.Event), in.FirstBatch, batches); err != nil {
 		return PageResult{}, err
 	}
 	off := 0
 	for i, b := range batches {
 		n := in.FirstBatch + i
-		res.Batches = append(res.Batches, BatchRef{N: n, Key: a.Staging.Key(in.Event.ID, n), Count: len(b),
+		res.Batches = append(res.Batches, BatchRef{N: n, Key: a.Staging.Key(eventKey(in.Event), n), Count: len(b),
 			PageCursor: in.Cursor, PageLimit: in.Limit, Offset: off})
 		off += len(b)
 	}
@@ -202,6 +203,10 @@ func nonRetryableIfPermanent(err error) error {
 	}
 	return err
 }
+
+// eventKey names the event in Redis keys: type and id (vocab.EventKey), so
+// events of two types that share an id never share a key.
+func eventKey(ev fanout.Event) string { return vocab.EventKey(ev.Type, ev.ID) }
 
 func (a *Activities) dedup() bool { return a.Gate != nil }
 
@@ -320,7 +325,7 @@ func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) (todo []fa
 		for i, r := range cands {
 			ids[i] = r.ID
 		}
-		if verdicts, err = a.Gate.Acquire(ctx, in.Event.ID, in.AttemptID, ids, in.Redrive); err != nil {
+		if verdicts, err = a.Gate.Acquire(ctx, eventKey(in.Event), in.AttemptID, ids, in.Redrive); err != nil {
 			// Redis is unreachable: never deliver without the gate; retry.
 			return nil, nil, res, err
 		}
@@ -414,7 +419,7 @@ func (a *Activities) countFailures(ctx context.Context, in DeliverBatchInput, fa
 			ids[i] = o.r.ID
 		}
 		var err error
-		if counts, err = a.Gate.CountFailures(ctx, in.Event.ID, in.AttemptID, in.Round, ids); err != nil {
+		if counts, err = a.Gate.CountFailures(ctx, eventKey(in.Event), in.AttemptID, in.Round, ids); err != nil {
 			return err
 		}
 	} else {
@@ -523,7 +528,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 			if ferr == nil && a.dedup() {
 				// Delivered but not marked if this fails: the retry delivers
 				// them again (their keys still hold our attempt id).
-				if ferr = a.Gate.MarkDelivered(ctx, in.Event.ID, in.AttemptID, buf...); ferr != nil {
+				if ferr = a.Gate.MarkDelivered(ctx, eventKey(in.Event), in.AttemptID, buf...); ferr != nil {
 					stopDeliveries(ferr)
 				}
 			}
@@ -594,7 +599,7 @@ func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []
 		for i, f := range fs {
 			ids[i] = f.Recipient.ID
 		}
-		return a.Gate.MarkDeadLettered(ctx, in.Event.ID, in.AttemptID, ids...)
+		return a.Gate.MarkDeadLettered(ctx, eventKey(in.Event), in.AttemptID, ids...)
 	}
 	return nil
 }

@@ -4,10 +4,12 @@ package activities_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +89,7 @@ func TestStagedBatchesAreDeliveredAndRefetchedWhenLost(t *testing.T) {
 	for _, ref := range page.Batches {
 		ref := ref
 		v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
-			Event: ev, AttemptID: vocab.AttemptID(ev.ID, ref.N), Ref: &ref, MaxAttempts: 3, Concurrency: 8})
+			Event: ev, AttemptID: vocab.AttemptID(ev.Type, ev.ID, ref.N), Ref: &ref, MaxAttempts: 3, Concurrency: 8})
 		if err != nil {
 			t.Fatalf("batch %d: %v", ref.N, err)
 		}
@@ -250,5 +252,62 @@ func TestBatchScreensRepeatedAndInvalidRecipientIDs(t *testing.T) {
 	again := run()
 	if again.Delivered != 2 || again.Failed != len(bad) || len(dl.dls) != len(bad) || h.delivered["a"] != 1 {
 		t.Errorf("retry: %+v, %d dead letters, a delivered %d times", again, len(dl.dls), h.delivered["a"])
+	}
+}
+
+// TestEventsOfTwoTypesShareNoKey: two events of different types with the
+// same id keep apart: each delivers to its own recipients (a recipient of
+// both is delivered by both, not skipped as a duplicate) and each staged
+// batch holds its own event's recipients.
+func TestEventsOfTwoTypesShareNoKey(t *testing.T) {
+	h := &audience{delivered: map[string]int{}}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("a", h, fanout.TypeOptions{})
+	reg.MustRegister("b", h, fanout.TypeOptions{})
+	acts := &activities.Activities{Registry: reg, Gate: gate.New(rdb, time.Hour), Staging: staging.New(rdb, time.Hour)}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	id := "shared-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	evA := fanout.Event{ID: id, Type: "a", Payload: json.RawMessage(`{"N":20}`)}
+	evB := fanout.Event{ID: id, Type: "b", Payload: json.RawMessage(`{"N":30}`)}
+
+	page := func(ev fanout.Event) activities.PageResult {
+		t.Helper()
+		v, err := env.ExecuteActivity(acts.RecipientsPage, activities.RecipientsPageInput{Event: ev, Limit: 100, BatchSize: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p activities.PageResult
+		if err := v.Get(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pa, pb := page(evA), page(evB)
+	if len(pa.Batches) != 2 || len(pb.Batches) != 3 || pa.Batches[0].Key == pb.Batches[0].Key {
+		t.Fatalf("staged batches: a %+v, b %+v", pa.Batches, pb.Batches)
+	}
+	// Batch 0 of each event: the same recipients r0..r9, each event's own.
+	for _, c := range []struct {
+		ev  fanout.Event
+		ref activities.BatchRef
+	}{{evA, pa.Batches[0]}, {evB, pb.Batches[0]}} {
+		ref := c.ref
+		v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
+			Event: c.ev, AttemptID: vocab.AttemptID(c.ev.Type, c.ev.ID, 0), Ref: &ref, MaxAttempts: 1, Concurrency: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res activities.DeliverBatchResult
+		if err := v.Get(&res); err != nil || res.Delivered != 10 || res.Duplicates != 0 {
+			t.Fatalf("event %s/%s batch 0: %+v %v; want 10 delivered, no duplicates", c.ev.Type, c.ev.ID, res, err)
+		}
+	}
+	if h.delivered["r0"] != 2 || h.delivered["r9"] != 2 {
+		t.Errorf("r0 delivered %d times, r9 %d times; want 2 each (once per event)", h.delivered["r0"], h.delivered["r9"])
+	}
+	if vocab.AttemptID("a", id, 0) == vocab.AttemptID("b", id, 0) {
+		t.Error("the two events' batch 0 share an attempt id")
 	}
 }

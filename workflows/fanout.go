@@ -346,7 +346,7 @@ func (r *fanoutRun) batchInput(n int, recips []fanout.Recipient, ref *activities
 	return activities.DeliverBatchInput{
 		Event:       batchEvent(ev, ref),
 		Priority:    st.Priority,
-		AttemptID:   vocab.AttemptID(ev.ID, n),
+		AttemptID:   vocab.AttemptID(ev.Type, ev.ID, n),
 		Recipients:  recips,
 		Ref:         ref,
 		Message:     st.Message,

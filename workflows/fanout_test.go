@@ -189,7 +189,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			if in.Ref != nil {
 				// A staged batch: the workflow passed only the ref.
 				if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
-					in.AttemptID != vocab.AttemptID(fx.Event.ID, in.Ref.N) {
+					in.AttemptID != vocab.AttemptID(fx.Event.Type, fx.Event.ID, in.Ref.N) {
 					rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: bad ref %+v", in.AttemptID, in.Ref))
 				}
 				// A staged batch keeps the payload: it may have to fetch its
@@ -327,9 +327,9 @@ func checkDelivery(t *testing.T, rec *recorder, ev fanout.Event, n, batches int,
 	}
 	var all []string
 	for b := range batches {
-		ids, ok := rec.attempts[vocab.AttemptID(ev.ID, b)]
+		ids, ok := rec.attempts[vocab.AttemptID(ev.Type, ev.ID, b)]
 		if !ok {
-			t.Errorf("no DeliverBatch with attempt id %q", vocab.AttemptID(ev.ID, b))
+			t.Errorf("no DeliverBatch with attempt id %q", vocab.AttemptID(ev.Type, ev.ID, b))
 		}
 		all = append(all, ids...)
 	}
@@ -603,7 +603,7 @@ func TestFanoutFailedBatch(t *testing.T) {
 	// The DeliverBatch of batch 2 fails for good: its child workflow fails,
 	// its recipients count as failed (with the error in the progress), the
 	// other batches still run and the fan-out completes with failures.
-	bad := vocab.AttemptID("ev-badbatch", 2)
+	bad := vocab.AttemptID(testEvent("ev-badbatch").Type, "ev-badbatch", 2)
 	fx := fixture{Event: testEvent("ev-badbatch"), Audience: 500, Options: fanout.TypeOptions{BatchSize: 100, PageSize: 200, Window: 2},
 		DeliverDelay: time.Minute,
 		DeliverErr: func(in activities.DeliverBatchInput) error {

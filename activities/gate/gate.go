@@ -4,7 +4,7 @@
 //
 // Before delivering to a recipient, a batch runs
 //
-//	SET fanout:r:<event>:<recipient> <attempt id> NX GET EX <ttl>
+//	SET fanout:r:<event type>/<event id>:<recipient> <attempt id> NX GET EX <ttl>
 //
 // and acts on what was there: nothing → deliver; its own attempt id → an
 // earlier try of this batch died mid-way → deliver again (the at-least-once
@@ -68,22 +68,23 @@ func New(rdb redis.UniversalClient, ttl time.Duration) *Gate {
 	return &Gate{rdb: rdb, ttl: ttl, prefix: "fanout:r:"}
 }
 
-// Key is the gate key of (event, recipient).
-func (g *Gate) Key(eventID, recipientID string) string {
-	return g.prefix + eventID + ":" + recipientID
+// Key is the gate key of (event, recipient); eventKey is vocab.EventKey (type
+// and id), so events of two types never share a key.
+func (g *Gate) Key(eventKey, recipientID string) string {
+	return g.prefix + eventKey + ":" + recipientID
 }
 
 // Acquire runs SET NX GET for every recipient of a batch in one pipeline
 // and returns one verdict per recipient, in order. With redrive, recipients
 // this attempt id dead-lettered come back as Redeliver.
-func (g *Gate) Acquire(ctx context.Context, eventID, attemptID string, recipientIDs []string, redrive bool) ([]Verdict, error) {
+func (g *Gate) Acquire(ctx context.Context, eventKey, attemptID string, recipientIDs []string, redrive bool) ([]Verdict, error) {
 	if len(recipientIDs) == 0 {
 		return nil, nil
 	}
 	pipe := g.rdb.Pipeline()
 	cmds := make([]*redis.StatusCmd, len(recipientIDs))
 	for i, id := range recipientIDs {
-		cmds[i] = pipe.SetArgs(ctx, g.Key(eventID, id), attemptID, redis.SetArgs{Mode: "NX", Get: true, TTL: g.ttl})
+		cmds[i] = pipe.SetArgs(ctx, g.Key(eventKey, id), attemptID, redis.SetArgs{Mode: "NX", Get: true, TTL: g.ttl})
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("gate acquire: %w", err)
@@ -112,8 +113,8 @@ func (g *Gate) Acquire(ctx context.Context, eventID, attemptID string, recipient
 }
 
 // MarkDelivered records that attemptID delivered to the recipients.
-func (g *Gate) MarkDelivered(ctx context.Context, eventID, attemptID string, recipientIDs ...string) error {
-	if err := g.mark(ctx, eventID, deliveredPrefix+attemptID, recipientIDs); err != nil {
+func (g *Gate) MarkDelivered(ctx context.Context, eventKey, attemptID string, recipientIDs ...string) error {
+	if err := g.mark(ctx, eventKey, deliveredPrefix+attemptID, recipientIDs); err != nil {
 		return fmt.Errorf("gate mark delivered: %w", err)
 	}
 	return nil
@@ -121,21 +122,21 @@ func (g *Gate) MarkDelivered(ctx context.Context, eventID, attemptID string, rec
 
 // MarkDeadLettered records that attemptID gave up on the recipients (they
 // are in the deliveries DLQ), so retries of the batch skip them.
-func (g *Gate) MarkDeadLettered(ctx context.Context, eventID, attemptID string, recipientIDs ...string) error {
-	if err := g.mark(ctx, eventID, deadLetteredPrefix+attemptID, recipientIDs); err != nil {
+func (g *Gate) MarkDeadLettered(ctx context.Context, eventKey, attemptID string, recipientIDs ...string) error {
+	if err := g.mark(ctx, eventKey, deadLetteredPrefix+attemptID, recipientIDs); err != nil {
 		return fmt.Errorf("gate mark dead-lettered: %w", err)
 	}
 	return nil
 }
 
 // mark sets the recipients' keys to value in one pipeline.
-func (g *Gate) mark(ctx context.Context, eventID, value string, recipientIDs []string) error {
+func (g *Gate) mark(ctx context.Context, eventKey, value string, recipientIDs []string) error {
 	if len(recipientIDs) == 0 {
 		return nil
 	}
 	pipe := g.rdb.Pipeline()
 	for _, id := range recipientIDs {
-		pipe.Set(ctx, g.Key(eventID, id), value, g.ttl)
+		pipe.Set(ctx, g.Key(eventKey, id), value, g.ttl)
 	}
 	_, err := pipe.Exec(ctx)
 	return err
@@ -145,11 +146,11 @@ func (g *Gate) mark(ctx context.Context, eventID, value string, recipientIDs []s
 // round (a round is the first run of the batch or one redrive of it) and
 // returns the totals, so attempts are counted per recipient across activity
 // retries and worker crashes.
-func (g *Gate) CountFailures(ctx context.Context, eventID, attemptID, round string, recipientIDs []string) ([]int, error) {
+func (g *Gate) CountFailures(ctx context.Context, eventKey, attemptID, round string, recipientIDs []string) ([]int, error) {
 	if len(recipientIDs) == 0 {
 		return nil, nil
 	}
-	key := "fanout:a:" + eventID + ":" + attemptID + ":" + round
+	key := "fanout:a:" + eventKey + ":" + attemptID + ":" + round
 	pipe := g.rdb.Pipeline()
 	cmds := make([]*redis.IntCmd, len(recipientIDs))
 	for i, id := range recipientIDs {
@@ -168,8 +169,8 @@ func (g *Gate) CountFailures(ctx context.Context, eventID, attemptID, round stri
 
 // Holder returns who holds a recipient's key: the attempt id, whether it
 // delivered, and whether the key exists. For tests and operators.
-func (g *Gate) Holder(ctx context.Context, eventID, recipientID string) (attemptID string, delivered, ok bool, err error) {
-	v, err := g.rdb.Get(ctx, g.Key(eventID, recipientID)).Result()
+func (g *Gate) Holder(ctx context.Context, eventKey, recipientID string) (attemptID string, delivered, ok bool, err error) {
+	v, err := g.rdb.Get(ctx, g.Key(eventKey, recipientID)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", false, false, nil
 	}

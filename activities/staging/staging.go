@@ -36,20 +36,21 @@ func New(rdb redis.UniversalClient, ttl time.Duration) *Store {
 	return &Store{rdb: rdb, ttl: ttl}
 }
 
-// Key is the staging key of the n-th batch of an event.
-func (s *Store) Key(eventID string, n int) string {
-	return "fanout:b:" + eventID + ":" + strconv.Itoa(n)
+// Key is the staging key of the n-th batch of an event (eventKey:
+// vocab.EventKey, type and id).
+func (s *Store) Key(eventKey string, n int) string {
+	return "fanout:b:" + eventKey + ":" + strconv.Itoa(n)
 }
 
 // Stage writes batches (numbered from first) in one pipeline.
-func (s *Store) Stage(ctx context.Context, eventID string, first int, batches [][]fanout.Recipient) error {
+func (s *Store) Stage(ctx context.Context, eventKey string, first int, batches [][]fanout.Recipient) error {
 	pipe := s.rdb.Pipeline()
 	for i, b := range batches {
 		v, err := json.Marshal(b)
 		if err != nil {
 			return err
 		}
-		pipe.Set(ctx, s.Key(eventID, first+i), v, s.ttl)
+		pipe.Set(ctx, s.Key(eventKey, first+i), v, s.ttl)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("stage batches: %w", err)

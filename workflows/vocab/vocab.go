@@ -69,10 +69,18 @@ func RedriveWorkflowID(eventWorkflowID, attemptID, round string, n int) string {
 	return fmt.Sprintf("%s/redrive/%s/%s/%d", eventWorkflowID, round, attemptID, n)
 }
 
+// EventKey names an event in every Redis key (gate, staging, failure
+// counts) and in its attempt ids: its type and its id. The id grammar
+// (fanout.ValidateID) keeps '/' out of both, so two events never share a
+// key, even when they share an id.
+func EventKey(eventType, eventID string) string { return eventType + "/" + eventID }
+
 // AttemptID is the attempt id of the n-th batch of an event: deterministic
 // for (event, batch), so retries and resets of that batch present the same id
 // and a different batch holding the same recipient presents another.
-func AttemptID(eventID string, n int) string { return fmt.Sprintf("%s#%d", eventID, n) }
+func AttemptID(eventType, eventID string, n int) string {
+	return fmt.Sprintf("%s#%d", EventKey(eventType, eventID), n)
+}
 
 // Workflow type names, as registered on the workers and shown in the UI.
 const (

@@ -1,0 +1,34 @@
+package vocab
+
+import (
+	"testing"
+
+	"github.com/fanout/fanout"
+)
+
+// FuzzIDsAreInjective: for ids and types that pass fanout's grammar, two
+// different events never get the same workflow id, event key or attempt id,
+// and no event's workflow id equals another event's batch workflow id.
+func FuzzIDsAreInjective(f *testing.F) {
+	f.Add("webhook", "x", "webhook", "x-batch-0", 0, 0)
+	f.Add("a", "1", "b", "1", 3, 3)
+	f.Add("a.b", "c", "a", "b.c", 1, 10)
+	f.Fuzz(func(t *testing.T, t1, id1, t2, id2 string, n1, n2 int) {
+		if fanout.ValidateType(t1) != nil || fanout.ValidateType(t2) != nil || fanout.ValidateID(id1) != nil || fanout.ValidateID(id2) != nil {
+			return
+		}
+		same := t1 == t2 && id1 == id2
+		if !same && WorkflowID(t1, id1) == WorkflowID(t2, id2) {
+			t.Fatalf("workflow ids collide: %q/%q and %q/%q", t1, id1, t2, id2)
+		}
+		if !same && EventKey(t1, id1) == EventKey(t2, id2) {
+			t.Fatalf("event keys collide: %q/%q and %q/%q", t1, id1, t2, id2)
+		}
+		if (!same || n1 != n2) && n1 >= 0 && n2 >= 0 && AttemptID(t1, id1, n1) == AttemptID(t2, id2, n2) {
+			t.Fatalf("attempt ids collide")
+		}
+		if n2 >= 0 && WorkflowID(t1, id1) == BatchWorkflowID(WorkflowID(t2, id2), n2) {
+			t.Fatalf("event %q/%q has the workflow id of batch %d of %q/%q", t1, id1, n2, t2, id2)
+		}
+	})
+}
