@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,7 +202,7 @@ func KillBridge(ctx context.Context, o Options, size int) (Report, error) {
 		}
 		u.logf("the restarted bridge consumed and committed all %d records", end)
 		u.s.Proc("bridge").Stop(20 * time.Second)
-		if st, dup, ok := bridgeStats(filepath.Join(u.s.Dir, "starter.log")); ok {
+		if st, dup, ok := bridgeStats(u.s.LogPath("bridge")); ok {
 			u.note("restarted bridge: %d records found their workflow running, %d already done", st, dup)
 		}
 		n, err := u.countFanouts(ctx, nEvents)
@@ -284,7 +283,7 @@ func ReplayTopic(ctx context.Context, o Options, size int) (Report, error) {
 			return fmt.Errorf("replay bridge: %w", err)
 		}
 		u.s.Proc("bridge-replay").Stop(20 * time.Second)
-		started, dups, ok := bridgeStats(filepath.Join(u.s.Dir, "bridge-replay.log"))
+		started, dups, ok := bridgeStats(u.s.LogPath("bridge-replay"))
 		// Whatever the replay started would exist now.
 		again := 0
 		for _, id := range ids {

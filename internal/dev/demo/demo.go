@@ -28,6 +28,9 @@ type Payload struct {
 	Audience       int             `json:"audience"`
 	DuplicateEvery int             `json:"duplicate_every,omitempty"`
 	Message        json.RawMessage `json:"message,omitempty"`
+	// RecipientsURL is read by the webhook handler, not the Source: the
+	// event's recipients come from there instead of the workers' default.
+	RecipientsURL string `json:"recipients_url,omitempty"`
 }
 
 // Source serves pages of a synthetic audience at POST /recipients.

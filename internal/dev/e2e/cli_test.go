@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,17 +53,12 @@ func temporalCLI(t *testing.T, args ...string) string {
 // the exit error.
 func temporalCLIResult(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	root, err := stack.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(stack.BinDir(root), "temporal")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append(args, "--address", st.temporalAddr, "--namespace", "default")...)
+	cmd := exec.CommandContext(ctx, filepath.Join(st.Bin, "temporal"), append(args, "--address", st.TemporalAddr, "--namespace", "default")...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	return stdout.String(), stderr.String(), err
 }
 
@@ -206,14 +200,14 @@ func (s *ownSink) setDelay(d time.Duration) { s.delay.Store(int64(d)) }
 func startEvents(t *testing.T, sink *ownSink, audience int, rate float64, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		st.publish(t, eventRecord(t, id, audience, map[string]any{"recipients_url": sink.url + "/recipients"}))
+		st.publish(t, stack.Event{ID: id, Audience: audience, RecipientsURL: sink.url + "/recipients"})
 	}
 	for _, id := range ids {
 		wid := vocab.WorkflowID(webhook.EventType, id)
 		eventually(t, 30*time.Second, "workflow "+wid+" never answered the progress query", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_, err := st.tc.QueryWorkflow(ctx, wid, "", vocab.ProgressQuery)
+			_, err := st.TC.QueryWorkflow(ctx, wid, "", vocab.ProgressQuery)
 			return err == nil
 		})
 		if rate > 0 {
@@ -227,7 +221,7 @@ func startEvents(t *testing.T, sink *ownSink, audience int, rate float64, ids ..
 		for _, id := range ids {
 			wid := vocab.WorkflowID(webhook.EventType, id)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = st.tc.TerminateWorkflow(ctx, wid, "", "test cleanup")
+			_ = st.TC.TerminateWorkflow(ctx, wid, "", "test cleanup")
 			cancel()
 		}
 	})
@@ -441,7 +435,7 @@ func TestCLIResetRedeliversNothingTwice(t *testing.T) {
 	eventually(t, 30*time.Second, "the reset run never answered the query", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := st.tc.QueryWorkflow(ctx, wid, reset.RunID, vocab.ProgressQuery)
+		_, err := st.TC.QueryWorkflow(ctx, wid, reset.RunID, vocab.ProgressQuery)
 		return err == nil
 	})
 	after = cliProgress(t, wid, reset.RunID)
@@ -546,32 +540,13 @@ func TestCLITaskQueueDescribe(t *testing.T) {
 	}
 }
 
-var (
-	starterOnce sync.Once
-	starterPath string
-	starterErr  error
-)
-
 // starterBin builds the starter binary into .bin/ (as `task build` does).
 func starterBin(t *testing.T) string {
 	t.Helper()
-	starterOnce.Do(func() {
-		root, err := stack.RepoRoot()
-		if err != nil {
-			starterErr = err
-			return
-		}
-		starterPath = filepath.Join(stack.BinDir(root), "starter")
-		cmd := exec.Command("go", "build", "-o", starterPath, "./starter/cmd/starter")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			starterErr = fmt.Errorf("go build ./starter/cmd/starter: %v: %s", err, out)
-		}
-	})
-	if starterErr != nil {
-		t.Fatal(starterErr)
+	if err := st.Build(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	return starterPath
+	return filepath.Join(st.Bin, "starter")
 }
 
 // runStarter runs `starter args...` against the shared stack.
@@ -580,7 +555,7 @@ func runStarter(t *testing.T, env []string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, starterBin(t), args...)
-	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+st.temporalAddr, "TEMPORAL_NAMESPACE=default"), env...)
+	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+st.TemporalAddr, "TEMPORAL_NAMESPACE=default"), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -591,7 +566,7 @@ func TestReplayLiveExecutions(t *testing.T) {
 	prefix := "cli-replay-" + runID
 	// tiny takes the fast path (local activities only), small one
 	// DeliverBatch activity, big five DeliveryBatch children.
-	st.publish(t, eventRecord(t, prefix+"-tiny", 30, nil), eventRecord(t, prefix+"-small", 150, nil), eventRecord(t, prefix+"-big", 1000, nil))
+	st.publish(t, stack.Event{ID: prefix + "-tiny", Audience: 30}, stack.Event{ID: prefix + "-small", Audience: 150}, stack.Event{ID: prefix + "-big", Audience: 1000})
 	tiny := st.waitResult(t, prefix+"-tiny", time.Minute)
 	small := st.waitResult(t, prefix+"-small", time.Minute)
 	big := st.waitResult(t, prefix+"-big", time.Minute)
@@ -604,7 +579,7 @@ func TestReplayLiveExecutions(t *testing.T) {
 	var hs []replay.History
 	eventually(t, 15*time.Second, "the executions are not visible", func() bool {
 		var err error
-		hs, err = replay.LoadQuery(ctx, st.tc, query+" AND ExecutionStatus = 'Completed'", 0)
+		hs, err = replay.LoadQuery(ctx, st.TC, query+" AND ExecutionStatus = 'Completed'", 0)
 		return err == nil && len(hs) == 3+5 // three events, five batches of the big one
 	})
 	results, err := replay.Replay(ctx, nil, hs...)
@@ -684,7 +659,7 @@ func TestSetupSearchAttributes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, ns := range []string{fresh, clash} {
-		_, err := st.tc.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		_, err := st.TC.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
 			Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
 		})
 		var exists *serviceerror.NamespaceAlreadyExists
@@ -692,7 +667,7 @@ func TestSetupSearchAttributes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	op := st.tc.OperatorService()
+	op := st.TC.OperatorService()
 	// A new namespace is served once the namespace cache has it.
 	eventually(t, 60*time.Second, "the clash namespace never accepted a search attribute", func() bool {
 		_, err := op.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
@@ -746,7 +721,7 @@ func TestSetupSearchAttributes(t *testing.T) {
 	}
 	// A third namespace through the subcommand's -namespace flag: adds all.
 	third := "fanout-setup2-" + runID
-	if _, err := st.tc.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+	if _, err := st.TC.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
 		Namespace: third, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
 	}); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/dev/demo"
+	"github.com/fanout/fanout/internal/dev/stack"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers/webhook"
 	"github.com/fanout/fanout/workflows/vocab"
@@ -31,25 +32,25 @@ var runID = time.Now().UTC().Format("150405")
 // delivered, every recipient exactly once on this fault-free path.
 func TestEventsAreDeliveredToEveryRecipientOnce(t *testing.T) {
 	sizes := []int{1, 5000, 2, 17, 199, 200, 201, 999, 1000, 1234, 3000, 4999, 50, 7, 600, 401, 2500, 10, 333, 4000}
-	var msgs []kafka.Message
+	var evs []stack.Event
 	ids := make([]string, len(sizes))
 	for i, n := range sizes {
 		ids[i] = fmt.Sprintf("a-%s-%d", runID, i)
-		msgs = append(msgs, eventRecord(t, ids[i], n, nil))
+		evs = append(evs, stack.Event{ID: ids[i], Audience: n})
 	}
-	st.publish(t, msgs...)
+	st.publish(t, evs...)
 	for i, n := range sizes {
 		res := st.waitResult(t, ids[i], 3*time.Minute)
 		if res.Found != int64(n) || res.Delivered != int64(n) || res.Duplicates != 0 || res.Failed != 0 {
 			t.Errorf("event %s (%d recipients): result %+v", ids[i], n, res.Progress)
 		}
-		got := st.sink.Event(ids[i])
+		got := st.Sink.Event(ids[i])
 		if got.Unique != n || got.Deliveries != n || got.Duplicated != 0 {
 			t.Errorf("event %s: sink saw %d unique recipients in %d deliveries (%d duplicated), want %d once each",
 				ids[i], got.Unique, got.Deliveries, got.Duplicated, n)
 		}
 		for _, r := range []int{0, n / 2, n - 1} {
-			if c := st.sink.Count(ids[i], demo.RecipientID(r)); c != 1 {
+			if c := st.Sink.Count(ids[i], demo.RecipientID(r)); c != 1 {
 				t.Errorf("event %s recipient %d: %d deliveries", ids[i], r, c)
 			}
 		}
@@ -68,14 +69,14 @@ func TestEventsAreDeliveredToEveryRecipientOnce(t *testing.T) {
 // second copy arrives after the first completed.
 func TestSameEventTwiceStartsOneFanout(t *testing.T) {
 	id := "b-dup-" + runID
-	st.publish(t, eventRecord(t, id, 300, nil), eventRecord(t, id, 300, nil))
+	st.publish(t, stack.Event{ID: id, Audience: 300}, stack.Event{ID: id, Audience: 300})
 	first := st.waitResult(t, id, time.Minute)
 	if first.Delivered != 300 {
 		t.Fatalf("first fan-out delivered %d, want 300", first.Delivered)
 	}
 	// A third copy after completion: REJECT_DUPLICATE turns it away.
 	before := st.bridge.Stats.Duplicates.Load()
-	st.publish(t, eventRecord(t, id, 300, nil))
+	st.publish(t, stack.Event{ID: id, Audience: 300})
 	deadline := time.Now().Add(30 * time.Second)
 	for st.bridge.Stats.Duplicates.Load() == before && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -86,7 +87,7 @@ func TestSameEventTwiceStartsOneFanout(t *testing.T) {
 	if n := st.runs(t, vocab.WorkflowID(webhook.EventType, id)); n != 1 {
 		t.Fatalf("%d fan-outs of one event, want 1", n)
 	}
-	if got := st.sink.Event(id); got.Deliveries != 300 || got.Unique != 300 {
+	if got := st.Sink.Event(id); got.Deliveries != 300 || got.Unique != 300 {
 		t.Fatalf("sink: %+v, want 300 deliveries to 300 recipients", got)
 	}
 }
@@ -95,11 +96,11 @@ func TestSameEventTwiceStartsOneFanout(t *testing.T) {
 // lost and nothing is started twice.
 func TestBridgeRestartMidStream(t *testing.T) {
 	const n = 40
-	var msgs []kafka.Message
+	var evs []stack.Event
 	ids := make([]string, n)
 	for i := range n {
 		ids[i] = fmt.Sprintf("b-restart-%s-%d", runID, i)
-		msgs = append(msgs, eventRecord(t, ids[i], 5+i, nil))
+		evs = append(evs, stack.Event{ID: ids[i], Audience: 5 + i})
 	}
 	started := st.bridge.Stats.Started.Load()
 	// Publish in small slices from another goroutine, so the restart
@@ -107,10 +108,8 @@ func TestBridgeRestartMidStream(t *testing.T) {
 	pubDone := make(chan struct{})
 	go func() {
 		defer close(pubDone)
-		w := &kafka.Writer{Addr: kafka.TCP(st.kafkaAddr), Topic: eventsTopic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-		defer w.Close()
-		for i := 0; i < len(msgs); i += 4 {
-			if err := w.WriteMessages(context.Background(), msgs[i:min(i+4, len(msgs))]...); err != nil {
+		for i := 0; i < len(evs); i += 4 {
+			if err := st.Publish(context.Background(), evs[i:min(i+4, len(evs))]...); err != nil {
 				t.Errorf("publish: %v", err)
 				return
 			}
@@ -137,7 +136,7 @@ func TestBridgeRestartMidStream(t *testing.T) {
 		if runs := st.runs(t, vocab.WorkflowID(webhook.EventType, id)); runs != 1 {
 			t.Errorf("event %s: %d fan-outs, want 1", id, runs)
 		}
-		if got := st.sink.Event(id); got.Duplicated != 0 || got.Unique != 5+i {
+		if got := st.Sink.Event(id); got.Duplicated != 0 || got.Unique != 5+i {
 			t.Errorf("event %s: sink %+v", id, got)
 		}
 	}
@@ -164,15 +163,17 @@ func TestBadRecordsGoToTheDLQ(t *testing.T) {
 		// that follows them.
 		msgs = append(msgs, kafka.Message{Key: []byte("c-" + runID), Value: []byte(b.value), Headers: []kafka.Header{{Key: "case", Value: []byte(fmt.Sprint(i))}}})
 	}
-	goodMsg := eventRecord(t, good, 25, nil)
+	goodMsg := stack.Event{ID: good, Audience: 25}.Record()
 	goodMsg.Key = []byte("c-" + runID)
 	msgs = append(msgs, goodMsg)
-	st.publish(t, msgs...)
+	if err := st.Publisher.PublishRecords(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
 
 	if res := st.waitResult(t, good, time.Minute); res.Delivered != 25 {
 		t.Fatalf("good event after bad ones: delivered %d, want 25", res.Delivered)
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{st.kafkaAddr}, Topic: starter.DefaultEventsDLQTopic, Partition: 0, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{st.KafkaAddr}, Topic: starter.DefaultEventsDLQTopic, Partition: 0, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond})
 	defer r.Close()
 	got := map[string]string{} // value -> reason
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -211,7 +212,7 @@ func TestKcatPublishedEvent(t *testing.T) {
 	id := "d-kcat-" + runID
 	value := fmt.Sprintf(`{"id":%q,"type":"webhook","priority":"high","payload":{"audience":42}}`, id)
 	eager0, denied0 := serverCounter(t, "workflow_eager_execution"), serverCounter(t, "workflow_eager_execution_denied")
-	cmd := exec.Command(kcat, "-P", "-b", st.kafkaAddr, "-t", eventsTopic, "-k", id,
+	cmd := exec.Command(kcat, "-P", "-b", st.KafkaAddr, "-t", eventsTopic, "-k", id,
 		"-H", "traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	cmd.Stdin = strings.NewReader(value + "\n")
 	var out bytes.Buffer
@@ -223,7 +224,7 @@ func TestKcatPublishedEvent(t *testing.T) {
 	if res.Delivered != 42 {
 		t.Fatalf("kcat event delivered %d, want 42", res.Delivered)
 	}
-	desc, err := st.tc.DescribeWorkflowExecution(context.Background(), vocab.WorkflowID(webhook.EventType, id), "")
+	desc, err := st.TC.DescribeWorkflowExecution(context.Background(), vocab.WorkflowID(webhook.EventType, id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestKcatPublishedEvent(t *testing.T) {
 // serverCounter sums the series of a counter of the dev server's metrics.
 func serverCounter(t *testing.T, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(st.temporalMetrics)
+	resp, err := http.Get(st.TemporalMetricsURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +279,7 @@ type shape struct {
 
 func historyShape(t *testing.T, wid string) shape {
 	t.Helper()
-	iter := st.tc.GetWorkflowHistory(context.Background(), wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	iter := st.TC.GetWorkflowHistory(context.Background(), wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var h shape
 	for iter.HasNext() {
 		e, err := iter.Next()

@@ -1,8 +1,3 @@
-// Package devstack starts the real components fanout runs against in
-// development, tests and benchmarks: the Temporal dev server (from the temporal
-// CLI built once from a pinned tool module), redis-server, and the embedded
-// kfake Kafka broker. Processes run in their own process groups and are killed
-// with their parent.
 package stack
 
 import (
@@ -16,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -54,11 +48,11 @@ func RepoRoot() (string, error) {
 // BinDir is the ignored folder for built tools and binaries.
 func BinDir(root string) string { return filepath.Join(root, ".bin") }
 
-// EnsureTemporalCLI builds the pinned temporal CLI into .bin once and returns
+// ensureTemporalCLI builds the pinned temporal CLI into .bin once and returns
 // its path. `go tool task temporal-cli` builds it before the tests; should
 // several processes get here without it (test packages run in parallel), a
 // lock on .bin makes one build it and the others wait for it.
-func EnsureTemporalCLI(ctx context.Context, root string, progress io.Writer) (string, error) {
+func ensureTemporalCLI(ctx context.Context, root string, progress io.Writer) (string, error) {
 	bin := filepath.Join(BinDir(root), "temporal")
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
 		return bin, nil
@@ -123,13 +117,11 @@ type Proc struct {
 	Name string
 	cmd  *exec.Cmd
 	done chan struct{}
-	mu   sync.Mutex
-	err  error
 }
 
-// Start runs bin with args and env (added to the current environment),
+// startProc runs bin with args and env (added to the current environment),
 // logging its output to logPath (or discarding it when empty).
-func StartProc(name, logPath, bin string, args, env []string) (*Proc, error) {
+func startProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -146,10 +138,7 @@ func StartProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 	}
 	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
-		err := cmd.Wait()
-		p.mu.Lock()
-		p.err = err
-		p.mu.Unlock()
+		_ = cmd.Wait()
 		close(p.done)
 	}()
 	return p, nil
@@ -167,9 +156,6 @@ func (p *Proc) Exited() bool {
 		return false
 	}
 }
-
-// Done is closed when the process ends.
-func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // Stop sends SIGTERM to the process group and SIGKILL after grace.
 func (p *Proc) Stop(grace time.Duration) {
@@ -193,35 +179,23 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
-// TemporalOptions configure the dev server.
-type TemporalOptions struct {
-	Port     int    // gRPC frontend
-	UIPort   int    // 0: headless
-	DBFile   string // "": in memory
-	LogPath  string
-	Bin      string // the temporal CLI
-	Headless bool
-	// MetricsPort serves the server's Prometheus metrics on
-	// http://127.0.0.1:<port>/metrics (0: none).
-	MetricsPort int
-}
-
-// StartTemporal starts `temporal server start-dev` and waits until it serves.
-func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error) {
-	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--log-level", "warn"}
-	if o.Headless || o.UIPort == 0 {
+// temporalArgs are the `temporal server start-dev` arguments: fanout's
+// search attributes, and dbFile as the database ("": in memory).
+func temporalArgs(port, uiPort, metricsPort int, dbFile string) []string {
+	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port), "--log-level", "warn"}
+	if uiPort == 0 {
 		args = append(args, "--headless")
 	} else {
-		args = append(args, "--ui-port", strconv.Itoa(o.UIPort))
+		args = append(args, "--ui-port", strconv.Itoa(uiPort))
 	}
-	if o.MetricsPort != 0 {
-		args = append(args, "--metrics-port", strconv.Itoa(o.MetricsPort))
+	if metricsPort != 0 {
+		args = append(args, "--metrics-port", strconv.Itoa(metricsPort))
 	}
-	if o.DBFile != "" {
+	if dbFile != "" {
 		// WAL without fsync per commit: state survives a kill of the server
 		// (the OS keeps the writes), which is what restarts here need, at a
 		// fraction of the cost of fsync on every history write.
-		args = append(args, "--db-filename", o.DBFile, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off")
+		args = append(args, "--db-filename", dbFile, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off")
 	}
 	// One partition per task queue: on a single-node dev server more
 	// partitions only add forwarding between them.
@@ -231,38 +205,30 @@ func StartTemporal(ctx context.Context, o TemporalOptions) (*Proc, string, error
 	for _, sa := range vocab.SearchAttributes() {
 		args = append(args, "--search-attribute", sa.Name+"="+vocab.TypeName(sa.Type))
 	}
-	p, err := StartProc("temporal", o.LogPath, o.Bin, args, nil)
-	if err != nil {
-		return nil, "", err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", o.Port)
-	if err := WaitTemporal(ctx, addr, p); err != nil {
-		p.Kill()
-		return nil, "", err
-	}
-	// --search-attribute registers only when the database is created; a
-	// dev database from an older fanout lacks the newer attributes.
-	if err := ensureSearchAttributes(ctx, addr); err != nil {
-		p.Kill()
-		return nil, "", err
-	}
-	return p, addr, nil
+	return args
 }
 
-// WaitTemporal waits until the Temporal frontend at addr answers a health check.
-func WaitTemporal(ctx context.Context, addr string, p *Proc) error {
+// waitTemporal waits until the Temporal frontend at addr answers a health
+// check, then registers fanout's search attributes: --search-attribute
+// registers them only when the database is created, and a dev database from
+// an older fanout lacks the newer ones.
+func waitTemporal(ctx context.Context, addr string, p *Proc) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
-		if p != nil && p.Exited() {
+		if p.Exited() {
 			return fmt.Errorf("temporal dev server exited during start-up (see its log)")
 		}
-		c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}})
-		if err == nil {
-			_, herr := c.CheckHealth(ctx, &client.CheckHealthRequest{})
-			c.Close()
-			if herr == nil {
+		if c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}}); err == nil {
+			_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
+			if err == nil {
+				_, err = vocab.Ensure(ctx, c.OperatorService(), "default", vocab.SearchAttributes())
+				c.Close()
+				if err != nil {
+					return fmt.Errorf("register search attributes: %w", err)
+				}
 				return nil
 			}
+			c.Close()
 		}
 		select {
 		case <-ctx.Done():
@@ -273,21 +239,9 @@ func WaitTemporal(ctx context.Context, addr string, p *Proc) error {
 	return fmt.Errorf("temporal dev server at %s not ready after 90s", addr)
 }
 
-func ensureSearchAttributes(ctx context.Context, addr string) error {
-	c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, err := vocab.Ensure(ctx, c.OperatorService(), "default", vocab.SearchAttributes()); err != nil {
-		return fmt.Errorf("register search attributes: %w", err)
-	}
-	return nil
-}
-
-// EnsureRedisServer returns the redis-server path, installing the Debian
+// ensureRedisServer returns the redis-server path, installing the Debian
 // package when it is missing and we are root.
-func EnsureRedisServer(progress io.Writer) (string, error) {
+func ensureRedisServer(progress io.Writer) (string, error) {
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
 	}
@@ -308,8 +262,9 @@ func EnsureRedisServer(progress io.Writer) (string, error) {
 
 // StartRedis starts redis-server on 127.0.0.1:port without persistence (or
 // with an append-only file in dir when dir is set) and waits until it answers.
+// Tests that need only Redis use it; Start uses it for the Stack's.
 func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.Writer) (*Proc, string, error) {
-	bin, err := EnsureRedisServer(progress)
+	bin, err := ensureRedisServer(progress)
 	if err != nil {
 		return nil, "", err
 	}
@@ -319,7 +274,7 @@ func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	p, err := StartProc("redis", logPath, bin, args, nil)
+	p, err := startProc("redis", logPath, bin, args, nil)
 	if err != nil {
 		return nil, "", err
 	}
@@ -347,12 +302,12 @@ var Topics = map[string]int32{
 	activities.DefaultDeliveriesDLQTopic: 1,
 }
 
-// StartKafka starts the embedded kfake broker on 127.0.0.1:port with the
-// dev topics (events topic with 4 partitions).
-func StartKafka(port int) (*kfake.Cluster, string, error) {
+// startKafka starts the embedded kfake broker on 127.0.0.1:port with the
+// Topics.
+func startKafka(port int) (*kfake.Cluster, string, error) {
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1)}
-	for _, t := range []string{starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic, activities.DefaultDeliveriesDLQTopic} {
-		opts = append(opts, kfake.SeedTopics(Topics[t], t))
+	for t, n := range Topics {
+		opts = append(opts, kfake.SeedTopics(n, t))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -1,17 +1,23 @@
-// Package harness runs fanout as separate processes on the real stack, for
-// the fault suite and the benchmarks: the Temporal dev server (file-backed,
-// so it can be restarted), redis-server (append-only, restartable), the
-// kfake broker and the demo source and sink in-process, and worker and
-// bridge processes built from this repository, each of which can be killed
-// and restarted.
+// Package stack builds the real stack fanout runs against in development,
+// the one way `task dev`, the integration tests (internal/dev/e2e), the fault
+// suite, the bench and the histories tool all get it: the Temporal dev server
+// (from the temporal CLI built once from a pinned tool module), redis-server,
+// the embedded kfake Kafka broker, and the demo recipients source and
+// webhook sink on loopback HTTP, with clients for them. On top of it fanout
+// runs either as worker and bridge processes built from this repository,
+// each of which can be killed and restarted (StartWorker, StartBridge), or
+// in the caller's process (RunWorkers, RunBridge). Processes run in their own
+// process groups and are killed with their parent.
 package stack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -23,52 +29,75 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/dev/demo"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
 	"github.com/fanout/fanout/workflows"
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
-// Options configure a Stack.
+// Options configure a Stack. The zero value is a stack on free ports in a
+// temporary directory, its state in files there, Temporal headless.
 type Options struct {
-	// Dir holds logs and state; empty makes a temporary one (removed on Close).
+	// Dir holds state and logs; empty makes a temporary one (removed on Close).
 	Dir string
+	// LogDir holds the processes' logs (<name>.log); empty means Dir.
+	LogDir string
+	// InMemory keeps Temporal's database and Redis's data in memory instead
+	// of in Dir (temporal.db, redis/), where they survive RestartTemporal,
+	// RestartRedis and, in a kept Dir, the next run.
+	InMemory bool
+	// Ports on 127.0.0.1; 0 picks a free one. UIPort 0 runs Temporal
+	// headless.
+	TemporalPort, UIPort, RedisPort, KafkaPort, DemoPort int
+	// TemporalMetrics has the dev server serve Prometheus metrics at
+	// Stack.TemporalMetricsURL.
+	TemporalMetrics bool
+	// DemoHandler, when set, wraps the demo source and sink's handler.
+	DemoHandler func(http.Handler) http.Handler
+	// Client configures Stack.TC; Start sets HostPort, and a Logger that
+	// discards when there is none.
+	Client client.Options
 	// Env is added to every worker and bridge process.
 	Env []string
-	// Log receives progress lines; nil discards them.
+	// Log receives progress (building the temporal CLI, installing
+	// redis-server); nil discards it.
 	Log io.Writer
 }
 
 // Stack is a running stack.
 type Stack struct {
-	Root, Dir, Bin string
-	TemporalAddr   string
-	KafkaAddr      string
-	RedisAddr      string
-	DemoURL        string
+	Root, Dir, LogDir, Bin string
+	TemporalAddr           string
+	TemporalMetricsURL     string // "" without Options.TemporalMetrics
+	KafkaAddr              string
+	RedisAddr              string
+	DemoURL                string
 
-	TC   client.Client
-	RDB  *redis.Client
-	Sink *demo.Sink
+	TC        client.Client
+	RDB       *redis.Client
+	Sink      *demo.Sink
+	Publisher *starter.Publisher // to the events topic
 
 	opts      Options
 	tempDir   bool
 	tbin      string
-	tport     int
-	rport     int
-	mu        sync.Mutex
-	temporal  *Proc
-	redis     *Proc
+	mport     int
+	buildOnce sync.Once
+	buildErr  error
 	kafka     *kfake.Cluster
 	srv       *http.Server
-	procs     map[string]*Proc
-	procSpecs map[string]procSpec
+	mu        sync.Mutex
+	procs     map[string]*Proc // temporal, redis, workers and bridges
+	specs     map[string]procSpec
 }
 
 type procSpec struct {
@@ -77,23 +106,9 @@ type procSpec struct {
 	env  []string
 }
 
-// Build compiles the worker and starter binaries into .bin/ (under the .bin
-// lock: test packages running in parallel build them one at a time).
-func Build(ctx context.Context, root string) error {
-	return withBinLock(root, func() error {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", BinDir(root)+"/", "./workers/cmd/worker", "./starter/cmd/starter")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("go build: %w: %s", err, out)
-		}
-		return nil
-	})
-}
-
-// Start builds the binaries and starts Temporal, Redis, kfake and the demo
-// source and sink. Workers and the bridge are started with StartWorker and
-// StartBridge.
+// Start starts Temporal, Redis, kfake and the demo source and sink. Workers
+// and the bridge run on top with StartWorker and StartBridge (processes) or
+// RunWorkers and RunBridge (in this process).
 func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -102,90 +117,149 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{Root: root, Bin: BinDir(root), opts: o, procs: map[string]*Proc{}, procSpecs: map[string]procSpec{}}
+	s := &Stack{Root: root, Dir: o.Dir, Bin: BinDir(root), procs: map[string]*Proc{}, specs: map[string]procSpec{}}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
-	if o.Dir == "" {
-		if s.Dir, err = os.MkdirTemp("", "fanout-harness-"); err != nil {
+	if s.Dir == "" {
+		if s.Dir, err = os.MkdirTemp("", "fanout-stack-"); err != nil {
 			return nil, err
 		}
 		s.tempDir = true
-	} else {
-		s.Dir = o.Dir
-		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+	}
+	s.LogDir = cmp.Or(o.LogDir, s.Dir)
+	for _, d := range []string{s.Dir, s.LogDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	if s.tbin, err = EnsureTemporalCLI(ctx, root, o.Log); err != nil {
-		return nil, err
+	for _, p := range []*int{&o.TemporalPort, &o.RedisPort, &o.KafkaPort} {
+		if *p == 0 {
+			if *p, err = FreePort(); err != nil {
+				return nil, err
+			}
+		}
 	}
-	if err := Build(ctx, root); err != nil {
-		return nil, err
+	if o.TemporalMetrics {
+		if s.mport, err = FreePort(); err != nil {
+			return nil, err
+		}
+		s.TemporalMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", s.mport)
 	}
-	if s.tport, err = FreePort(); err != nil {
+	s.opts = o
+	s.TemporalAddr = fmt.Sprintf("127.0.0.1:%d", o.TemporalPort)
+	s.RedisAddr = fmt.Sprintf("127.0.0.1:%d", o.RedisPort)
+	if s.tbin, err = ensureTemporalCLI(ctx, root, o.Log); err != nil {
 		return nil, err
 	}
 	if err := s.startTemporal(ctx); err != nil {
 		return nil, err
 	}
-	if s.rport, err = FreePort(); err != nil {
-		return nil, err
-	}
 	if err := s.startRedis(ctx); err != nil {
 		return nil, err
 	}
-	s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr, MaxRetries: -1})
-	kport, err := FreePort()
-	if err != nil {
+	s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
+	if s.kafka, s.KafkaAddr, err = startKafka(o.KafkaPort); err != nil {
 		return nil, err
 	}
-	if s.kafka, s.KafkaAddr, err = StartKafka(kport); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s.Publisher = starter.NewPublisher([]string{s.KafkaAddr}, starter.DefaultEventsTopic)
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", o.DemoPort))
 	if err != nil {
 		return nil, err
 	}
 	s.DemoURL = "http://" + ln.Addr().String()
 	s.Sink = demo.NewSink()
-	s.srv = &http.Server{Handler: demo.Mux(&demo.Source{DeliverURL: s.DemoURL + "/deliver"}, s.Sink), ReadHeaderTimeout: 5 * time.Second}
+	var h http.Handler = demo.Mux(&demo.Source{DeliverURL: s.DemoURL + "/deliver"}, s.Sink)
+	if o.DemoHandler != nil {
+		h = o.DemoHandler(h)
+	}
+	s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
-	if s.TC, err = client.Dial(client.Options{HostPort: s.TemporalAddr, Logger: QuietLogger{}}); err != nil {
+	copts := o.Client
+	copts.HostPort = s.TemporalAddr
+	if copts.Logger == nil {
+		copts.Logger = QuietLogger{}
+	}
+	if s.TC, err = client.Dial(copts); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// LogPath is the log file of the process name.
+func (s *Stack) LogPath(name string) string { return filepath.Join(s.LogDir, name+".log") }
+
+func (s *Stack) setProc(name string, p *Proc, spec *procSpec) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.procs[name] = p
+	if spec != nil {
+		s.specs[name] = *spec
+	}
+}
+
 func (s *Stack) startTemporal(ctx context.Context) error {
-	p, addr, err := StartTemporal(ctx, TemporalOptions{
-		Port: s.tport, Headless: true, Bin: s.tbin,
-		DBFile: filepath.Join(s.Dir, "temporal.db"), LogPath: filepath.Join(s.Dir, "temporal.log"),
-	})
+	db := ""
+	if !s.opts.InMemory {
+		db = filepath.Join(s.Dir, "temporal.db")
+	}
+	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, temporalArgs(s.opts.TemporalPort, s.opts.UIPort, s.mport, db), nil)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.temporal, s.TemporalAddr = p, addr
-	s.mu.Unlock()
+	if err := waitTemporal(ctx, s.TemporalAddr, p); err != nil {
+		p.Kill()
+		return err
+	}
+	s.setProc("temporal", p, nil)
 	return nil
 }
 
 func (s *Stack) startRedis(ctx context.Context) error {
-	dir := filepath.Join(s.Dir, "redis")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	dir := ""
+	if !s.opts.InMemory {
+		dir = filepath.Join(s.Dir, "redis")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
 	}
-	p, addr, err := StartRedis(ctx, s.rport, dir, filepath.Join(s.Dir, "redis.log"), s.opts.Log)
+	p, _, err := StartRedis(ctx, s.opts.RedisPort, dir, s.LogPath("redis"), s.opts.Log)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.redis, s.RedisAddr = p, addr
-	s.mu.Unlock()
+	s.setProc("redis", p, nil)
 	return nil
+}
+
+// Build compiles the worker and starter binaries into Bin, once per Stack.
+// Test packages running in parallel build them one at a time (under the
+// .bin lock), and each binary is renamed into place, so a build never
+// rewrites a binary another package is running. StartWorker and StartBridge
+// call it.
+func (s *Stack) Build(ctx context.Context) error {
+	s.buildOnce.Do(func() {
+		s.buildErr = withBinLock(s.Root, func() error {
+			tmp, err := os.MkdirTemp(s.Bin, ".build-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp+"/", "./workers/cmd/worker", "./starter/cmd/starter")
+			cmd.Dir = s.Root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go build: %w: %s", err, out)
+			}
+			for _, name := range []string{"worker", "starter"} {
+				if err := os.Rename(filepath.Join(tmp, name), filepath.Join(s.Bin, name)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	return s.buildErr
 }
 
 // Env is the environment of worker and bridge processes.
@@ -210,34 +284,35 @@ func (s *Stack) StartBridge(name string, env ...string) error {
 }
 
 func (s *Stack) startProc(name string, spec procSpec) error {
-	p, err := StartProc(name, filepath.Join(s.Dir, name+".log"), spec.bin, spec.args, spec.env)
+	if err := s.Build(context.Background()); err != nil {
+		return err
+	}
+	p, err := startProc(name, s.LogPath(name), spec.bin, spec.args, spec.env)
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.procs[name], s.procSpecs[name] = p, spec
-	s.mu.Unlock()
+	s.setProc(name, p, &spec)
 	return nil
 }
 
-// Proc returns a started worker or bridge process.
+// Proc returns a process of the stack: "temporal", "redis", or a started
+// worker or bridge.
 func (s *Stack) Proc(name string) *Proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.procs[name]
 }
 
-// Kill SIGKILLs a worker or bridge process.
-func (s *Stack) Kill(name string) {
-	if p := s.Proc(name); p != nil {
-		p.Kill()
-	}
-}
+// Kill SIGKILLs a process.
+func (s *Stack) Kill(name string) { s.Proc(name).Kill() }
 
-// Restart starts a killed or stopped process again with the same spec.
+// Stop stops a process gracefully (SIGTERM).
+func (s *Stack) Stop(name string) { s.Proc(name).Stop(10 * time.Second) }
+
+// Restart starts a killed or stopped worker or bridge again with the same spec.
 func (s *Stack) Restart(name string) error {
 	s.mu.Lock()
-	spec, ok := s.procSpecs[name]
+	spec, ok := s.specs[name]
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("no process %q", name)
@@ -249,10 +324,7 @@ func (s *Stack) Restart(name string) error {
 // RestartRedis stops redis-server (SIGTERM, so its append-only file is
 // flushed) and starts it again on the same port after down.
 func (s *Stack) RestartRedis(ctx context.Context, down time.Duration) error {
-	s.mu.Lock()
-	p := s.redis
-	s.mu.Unlock()
-	p.Stop(10 * time.Second)
+	s.Proc("redis").Stop(10 * time.Second)
 	time.Sleep(down)
 	return s.startRedis(ctx)
 }
@@ -260,12 +332,84 @@ func (s *Stack) RestartRedis(ctx context.Context, down time.Duration) error {
 // RestartTemporal kills the dev server and starts it again on the same
 // port and database file after down.
 func (s *Stack) RestartTemporal(ctx context.Context, down time.Duration) error {
-	s.mu.Lock()
-	p := s.temporal
-	s.mu.Unlock()
-	p.Kill()
+	s.Kill("temporal")
 	time.Sleep(down)
 	return s.startTemporal(ctx)
+}
+
+// Pids returns the process id of every running process of the stack by
+// name (temporal, redis, and the started workers and bridges).
+func (s *Stack) Pids() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for name, p := range s.procs {
+		if !p.Exited() {
+			out[name] = p.Pid()
+		}
+	}
+	return out
+}
+
+// Renice sets the scheduling niceness of a process (and lets a bench
+// emulate giving bulk delivery lower CPU priority than the Temporal server
+// and the events worker, as separate nodes would).
+func (s *Stack) Renice(name string, nice int) error {
+	p := s.Proc(name)
+	if p == nil {
+		return fmt.Errorf("no process %q", name)
+	}
+	return syscall.Setpriority(syscall.PRIO_PROCESS, p.Pid(), nice)
+}
+
+// RunWorkers runs the workers in this process until stop is called. o's
+// Client, Redis, Queues and DeadLetters default to the stack's client and
+// Redis, every queue, and the deliveries DLQ.
+func (s *Stack) RunWorkers(o workers.Options) (stop func()) {
+	o.Client = cmp.Or(o.Client, client.Client(s.TC))
+	o.Redis = cmp.Or(o.Redis, redis.UniversalClient(s.RDB))
+	if o.Queues == nil {
+		o.Queues = vocab.Queues()
+	}
+	dlw := activities.NewDeadLetterWriter([]string{s.KafkaAddr}, activities.DefaultDeliveriesDLQTopic)
+	o.DeadLetters = cmp.Or(o.DeadLetters, activities.DeadLetterPublisher(dlw))
+	return s.run("workers", o.Logger, func(ctx context.Context) error { return workers.Run(ctx, o) }, dlw.Close)
+}
+
+// RunBridge runs a bridge in this process until stop is called. cfg's
+// Brokers, Topic, GroupID, DLQTopic and Events default to the stack's
+// broker, the events topic, group fanout-bridge, the events DLQ, and a
+// record of started events in the stack's Redis (for an hour).
+func (s *Stack) RunBridge(cfg starter.Config) (b *starter.Bridge, stop func()) {
+	if cfg.Brokers == nil {
+		cfg.Brokers = []string{s.KafkaAddr}
+	}
+	cfg.Topic = cmp.Or(cfg.Topic, starter.DefaultEventsTopic)
+	cfg.GroupID = cmp.Or(cfg.GroupID, "fanout-bridge")
+	cfg.DLQTopic = cmp.Or(cfg.DLQTopic, starter.DefaultEventsDLQTopic)
+	cfg.Events = cmp.Or(cfg.Events, starter.NewEventRecord(s.RDB, time.Hour))
+	b = starter.New(cfg, s.TC)
+	return b, s.run("bridge", cfg.Logger, b.Run, nil)
+}
+
+// run runs fn in a goroutine until the returned stop, which waits for it and
+// then calls after (if set).
+func (s *Stack) run(name string, log *slog.Logger, fn func(context.Context) error, after func() error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := fn(ctx); err != nil {
+			cmp.Or(log, slog.Default()).Error(name+" stopped", "err", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		if after != nil {
+			_ = after()
+		}
+	}
 }
 
 // Event is a demo event to publish.
@@ -274,21 +418,34 @@ type Event struct {
 	Audience       int
 	Priority       fanout.Priority
 	DuplicateEvery int
+	// Text is the message's text ("hi" when empty).
+	Text string
+	// RecipientsURL, when set, is where the workers get this event's
+	// recipients from instead of the demo source.
+	RecipientsURL string
+}
+
+// Envelope is the event as a producer publishes it.
+func (e Event) Envelope() starter.Envelope {
+	msg, _ := json.Marshal(map[string]string{"text": cmp.Or(e.Text, "hi")})
+	payload, _ := json.Marshal(demo.Payload{Audience: e.Audience, DuplicateEvery: e.DuplicateEvery, Message: msg, RecipientsURL: e.RecipientsURL})
+	return starter.Envelope{ID: e.ID, Type: webhook.EventType, Priority: string(e.Priority), Payload: payload}
+}
+
+// Record is the event's Kafka record (without trace context), for tests
+// that add to it before publishing it with Publisher.PublishRecords.
+func (e Event) Record() kafka.Message {
+	m, _ := starter.Record(context.Background(), e.Envelope()) // an Envelope always marshals
+	return m
 }
 
 // Publish writes demo events to the events topic.
 func (s *Stack) Publish(ctx context.Context, evs ...Event) error {
-	envs := make([]starter.Envelope, 0, len(evs))
-	for _, e := range evs {
-		payload, err := json.Marshal(demo.Payload{Audience: e.Audience, DuplicateEvery: e.DuplicateEvery, Message: json.RawMessage(`{"text":"hi"}`)})
-		if err != nil {
-			return err
-		}
-		envs = append(envs, starter.Envelope{ID: e.ID, Type: webhook.EventType, Priority: string(e.Priority), Payload: payload})
+	envs := make([]starter.Envelope, len(evs))
+	for i, e := range evs {
+		envs[i] = e.Envelope()
 	}
-	pub := starter.NewPublisher([]string{s.KafkaAddr}, starter.DefaultEventsTopic)
-	defer pub.Close()
-	return pub.Publish(ctx, envs...)
+	return s.Publisher.Publish(ctx, envs...)
 }
 
 // WorkflowID is the Fanout workflow id of a demo event.
@@ -357,12 +514,15 @@ func (s *Stack) HeldNotDelivered(ctx context.Context, eventID string) (int, erro
 	return n, flush()
 }
 
-// Close stops every process and removes a temporary Dir.
+// Close stops the workers and bridges, then the stack, and removes a
+// temporary Dir.
 func (s *Stack) Close() {
 	s.mu.Lock()
-	procs := make([]*Proc, 0, len(s.procs))
-	for _, p := range s.procs {
-		procs = append(procs, p)
+	var procs []*Proc
+	for name, p := range s.procs {
+		if name != "temporal" && name != "redis" {
+			procs = append(procs, p)
+		}
 	}
 	s.mu.Unlock()
 	for _, p := range procs {
@@ -374,53 +534,18 @@ func (s *Stack) Close() {
 	if s.RDB != nil {
 		s.RDB.Close()
 	}
-	if s.srv != nil {
-		s.srv.Close()
+	if s.Publisher != nil {
+		s.Publisher.Close()
 	}
 	if s.kafka != nil {
 		s.kafka.Close()
 	}
-	s.redis.Stop(5 * time.Second)
-	s.temporal.Stop(10 * time.Second)
+	if s.srv != nil {
+		s.srv.Close()
+	}
+	s.Proc("redis").Stop(5 * time.Second)
+	s.Proc("temporal").Stop(10 * time.Second)
 	if s.tempDir {
 		os.RemoveAll(s.Dir)
 	}
-}
-
-// Pids returns the process id of every process of the stack by name
-// (temporal, redis, and the started workers and bridges).
-func (s *Stack) Pids() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]int{}
-	if s.temporal != nil && !s.temporal.Exited() {
-		out["temporal"] = s.temporal.Pid()
-	}
-	if s.redis != nil && !s.redis.Exited() {
-		out["redis"] = s.redis.Pid()
-	}
-	for name, p := range s.procs {
-		if !p.Exited() {
-			out[name] = p.Pid()
-		}
-	}
-	return out
-}
-
-// Stop stops a worker or bridge process gracefully (SIGTERM).
-func (s *Stack) Stop(name string) {
-	if p := s.Proc(name); p != nil {
-		p.Stop(10 * time.Second)
-	}
-}
-
-// Renice sets the scheduling niceness of a worker or bridge process (and
-// lets a bench emulate giving bulk delivery lower CPU priority than the
-// Temporal server and the events worker, as separate nodes would).
-func (s *Stack) Renice(name string, nice int) error {
-	p := s.Proc(name)
-	if p == nil {
-		return fmt.Errorf("no process %q", name)
-	}
-	return syscall.Setpriority(syscall.PRIO_PROCESS, p.Pid(), nice)
 }

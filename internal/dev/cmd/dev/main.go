@@ -10,12 +10,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -24,15 +21,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/fanout/fanout"
-	"github.com/fanout/fanout/internal/dev/demo"
 	"github.com/fanout/fanout/internal/dev/stack"
 	"github.com/fanout/fanout/starter"
-	"github.com/fanout/fanout/workers/webhook"
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
@@ -70,146 +63,72 @@ func run(f flags) error {
 	if err != nil {
 		return err
 	}
-	state := filepath.Join(root, ".dev")
-	logs := filepath.Join(state, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		return err
-	}
 	for name, p := range map[string]int{"temporal": f.temporalPort, "ui": f.uiPort, "kafka": f.kafkaPort, "redis": f.redisPort, "demo": f.demoPort} {
 		if !stack.PortFree(p) {
 			return fmt.Errorf("port %d (%s) is in use: stop what holds it or pass -%s-port", p, name, name)
 		}
 	}
-
-	tbin, err := stack.EnsureTemporalCLI(ctx, root, os.Stdout)
-	if err != nil {
-		return err
-	}
-	say("building the worker and starter binaries into .bin/")
-	if err := stack.Build(ctx, root); err != nil {
-		return err
-	}
-
-	var procs []*stack.Proc
-	defer func() {
-		say("stopping everything")
-		for i := len(procs) - 1; i >= 0; i-- {
-			procs[i].Stop(10 * time.Second)
-		}
-	}()
-
-	tproc, taddr, err := stack.StartTemporal(ctx, stack.TemporalOptions{
-		Port: f.temporalPort, UIPort: f.uiPort, Bin: tbin,
-		DBFile: filepath.Join(state, "temporal.db"), LogPath: filepath.Join(logs, "temporal.log"),
+	s, err := stack.Start(ctx, stack.Options{
+		Dir: filepath.Join(root, ".dev"), LogDir: filepath.Join(root, ".dev", "logs"),
+		TemporalPort: f.temporalPort, UIPort: f.uiPort, KafkaPort: f.kafkaPort, RedisPort: f.redisPort, DemoPort: f.demoPort,
+		Log: os.Stdout,
 	})
 	if err != nil {
 		return err
 	}
-	procs = append(procs, tproc)
-	say("temporal dev server on %s, Web UI on http://localhost:%d", taddr, f.uiPort)
+	defer func() {
+		say("stopping everything")
+		s.Close()
+	}()
+	say("temporal dev server on %s, Web UI on http://localhost:%d", s.TemporalAddr, f.uiPort)
+	say("redis-server on %s", s.RedisAddr)
+	say("kfake Kafka broker on %s (topics %s, %s)", s.KafkaAddr, starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic)
+	say("demo recipients source %s/recipients, webhook sink %s/deliver", s.DemoURL, s.DemoURL)
 
-	if err := os.MkdirAll(filepath.Join(state, "redis"), 0o755); err != nil {
+	say("building the worker and starter binaries into .bin/")
+	if err := s.Build(ctx); err != nil {
 		return err
 	}
-	rproc, raddr, err := stack.StartRedis(ctx, f.redisPort, filepath.Join(state, "redis"), filepath.Join(logs, "redis.log"), os.Stdout)
-	if err != nil {
-		return err
-	}
-	procs = append(procs, rproc)
-	say("redis-server on %s", raddr)
-
-	kc, kaddr, err := stack.StartKafka(f.kafkaPort)
-	if err != nil {
-		return err
-	}
-	defer kc.Close()
-	say("kfake Kafka broker on %s (topics %s, %s)", kaddr, starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic)
-
-	sink := demo.NewSink()
-	demoAddr := fmt.Sprintf("127.0.0.1:%d", f.demoPort)
-	ln, err := net.Listen("tcp", demoAddr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: demo.Mux(&demo.Source{DeliverURL: "http://" + demoAddr + "/deliver"}, sink), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	say("demo recipients source http://%s/recipients, webhook sink http://%s/deliver", demoAddr, demoAddr)
-
-	env := []string{
-		"TEMPORAL_ADDRESS=" + taddr, "TEMPORAL_NAMESPACE=default",
-		"FANOUT_KAFKA_BROKERS=" + kaddr, "FANOUT_REDIS_URL=redis://" + raddr + "/0",
-		"FANOUT_RECIPIENTS_URL=http://" + demoAddr + "/recipients", "FANOUT_LOG_LEVEL=warn",
-	}
-	bin := stack.BinDir(root)
+	procs := []string{"temporal", "redis", "worker-events", "worker-delivery", "bridge"}
 	for _, w := range []struct{ name, queues string }{
 		{"worker-events", "events"},
 		{"worker-delivery", "high,normal,low"},
 	} {
-		p, err := stack.StartProc(w.name, filepath.Join(logs, w.name+".log"), filepath.Join(bin, "worker"), nil, append(env, "FANOUT_QUEUES="+w.queues))
-		if err != nil {
+		if err := s.StartWorker(w.name, w.queues); err != nil {
 			return err
 		}
-		procs = append(procs, p)
 	}
-	bp, err := stack.StartProc("bridge", filepath.Join(logs, "starter.log"), filepath.Join(bin, "starter"), []string{"bridge"}, env)
-	if err != nil {
+	if err := s.StartBridge("bridge"); err != nil {
 		return err
 	}
-	procs = append(procs, bp)
 	say("workers (events; high,normal,low) and bridge started; logs in .dev/logs/")
-
-	tc, err := client.Dial(client.Options{HostPort: taddr, Logger: stack.QuietLogger{}})
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
 
 	stamp := time.Now().UTC().Format("20060102-150405")
 	events := demoEvents(stamp, f.big, f.small)
-	if err := publish(ctx, kaddr, events); err != nil {
+	if err := s.Publish(ctx, events...); err != nil {
 		return err
 	}
 	say("published %d demo events: %s with %d recipients and %d with 10 to 1,000", len(events), events[0].ID, f.big, len(events)-1)
 	say("watch them: http://localhost:%d/namespaces/default/workflows?query=%s", f.uiPort,
-		urlQuery(fmt.Sprintf("WorkflowType='%s' AND %s='webhook'", vocab.FanoutWorkflow, vocab.SearchAttrEventType)))
-	return watch(ctx, tc, sink, events, procs, f.exitWhenDone)
+		url.QueryEscape(fmt.Sprintf("WorkflowType='%s' AND %s='webhook'", vocab.FanoutWorkflow, vocab.SearchAttrEventType)))
+	return watch(ctx, s, events, procs, f.exitWhenDone)
 }
 
-type demoEvent struct {
-	ID       string
-	Audience int
-	Priority fanout.Priority
-}
-
-func demoEvents(stamp string, big, small int) []demoEvent {
-	evs := []demoEvent{{ID: "demo-" + stamp + "-big", Audience: big, Priority: fanout.PriorityLow}}
+func demoEvents(stamp string, big, small int) []stack.Event {
+	const text = "hello from fanout"
+	evs := []stack.Event{{ID: "demo-" + stamp + "-big", Audience: big, Priority: fanout.PriorityLow, Text: text}}
 	for i := range small {
 		// 10 .. 1,000 recipients, spread.
 		n := 10 + (i*997)%991
-		evs = append(evs, demoEvent{ID: fmt.Sprintf("demo-%s-%d", stamp, i), Audience: n, Priority: fanout.Priorities[i%len(fanout.Priorities)]})
+		evs = append(evs, stack.Event{ID: fmt.Sprintf("demo-%s-%d", stamp, i), Audience: n, Priority: fanout.Priorities[i%len(fanout.Priorities)], Text: text})
 	}
 	return evs
 }
 
-func publish(ctx context.Context, broker string, evs []demoEvent) error {
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: starter.DefaultEventsTopic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond}
-	defer w.Close()
-	msgs := make([]kafka.Message, 0, len(evs))
-	for _, e := range evs {
-		payload, _ := json.Marshal(demo.Payload{Audience: e.Audience, Message: json.RawMessage(`{"text":"hello from fanout"}`)})
-		v, err := json.Marshal(starter.Envelope{ID: e.ID, Type: webhook.EventType, Priority: string(e.Priority), Payload: payload})
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, kafka.Message{Key: []byte(e.ID), Value: v})
-	}
-	return w.WriteMessages(ctx, msgs...)
-}
-
 // watch prints progress every two seconds until ctx is done (or, with
 // exitWhenDone, until every demo event completed).
-func watch(ctx context.Context, tc client.Client, sink *demo.Sink, evs []demoEvent, procs []*stack.Proc, exitWhenDone bool) error {
+func watch(ctx context.Context, s *stack.Stack, evs []stack.Event, procs []string, exitWhenDone bool) error {
+	sink := s.Sink
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
@@ -222,14 +141,14 @@ func watch(ctx context.Context, tc client.Client, sink *demo.Sink, evs []demoEve
 			return nil
 		case <-tick.C:
 		}
-		for _, p := range procs {
-			if p.Exited() {
-				return fmt.Errorf("%s exited; see .dev/logs/%s.log", p.Name, p.Name)
+		for _, name := range procs {
+			if s.Proc(name).Exited() {
+				return fmt.Errorf("%s exited; see .dev/logs/%s.log", name, name)
 			}
 		}
 		started, completed := 0, 0
 		for i, e := range evs {
-			d, err := tc.DescribeWorkflowExecution(ctx, vocab.WorkflowID(webhook.EventType, e.ID), "")
+			d, err := s.TC.DescribeWorkflowExecution(ctx, stack.WorkflowID(e.ID), "")
 			if err != nil {
 				continue
 			}
@@ -272,5 +191,3 @@ func human(n int64) string {
 		return strconv.FormatInt(n, 10)
 	}
 }
-
-func urlQuery(q string) string { return url.QueryEscape(q) }

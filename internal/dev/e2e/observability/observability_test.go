@@ -12,13 +12,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,17 +26,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/fanout/fanout"
-	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/internal/dev/demo"
 	"github.com/fanout/fanout/internal/dev/stack"
@@ -58,13 +52,11 @@ const eventsTopic = starter.DefaultEventsTopic
 var typeOptions = fanout.TypeOptions{BatchSize: 50, PageSize: 100, Window: 10, MaxAttempts: 2}
 
 var (
-	kafkaAddr string
-	tc        client.Client
-	tel       *telemetry.Telemetry
-	rec       = tracetest.NewSpanRecorder()
-	sink      = demo.NewSink()
-	headers   = &traceHeaders{byEvent: map[string][]string{}}
-	runID     = time.Now().UTC().Format("150405")
+	st      *stack.Stack
+	tel     *telemetry.Telemetry
+	rec     = tracetest.NewSpanRecorder()
+	headers = &traceHeaders{byEvent: map[string][]string{}}
+	runID   = time.Now().UTC().Format("150405")
 )
 
 // traceHeaders keeps the traceparent of every delivery request, per event.
@@ -101,19 +93,6 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) (int, error) {
 	ctx := context.Background()
-	root, err := stack.RepoRoot()
-	if err != nil {
-		return 0, err
-	}
-	tmp, err := os.MkdirTemp("", "fanout-otel-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(tmp)
-	bin, err := stack.EnsureTemporalCLI(ctx, root, os.Stderr)
-	if err != nil {
-		return 0, err
-	}
 	level := slog.LevelWarn
 	if os.Getenv("FANOUT_TEST_VERBOSE") != "" {
 		level = slog.LevelDebug
@@ -121,125 +100,47 @@ func run(m *testing.M) (int, error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	// Spans go to the in-process recorder, metrics to /metrics on a free port.
+	var err error
 	tel, err = telemetry.Setup(ctx, "fanout-e2e", telemetry.WithSpanProcessor(rec), telemetry.WithMetricsAddr("127.0.0.1:0"), telemetry.WithLogger(logger))
 	if err != nil {
 		return 0, err
 	}
 	defer tel.Shutdown(context.Background())
 
-	tport, err := stack.FreePort()
-	if err != nil {
-		return 0, err
-	}
-	tproc, taddr, err := stack.StartTemporal(ctx, stack.TemporalOptions{Port: tport, Headless: true, Bin: bin, LogPath: filepath.Join(tmp, "temporal.log")})
-	if err != nil {
-		return 0, err
-	}
-	defer tproc.Stop(10 * time.Second)
-
-	rport, err := stack.FreePort()
-	if err != nil {
-		return 0, err
-	}
-	rproc, raddr, err := stack.StartRedis(ctx, rport, "", filepath.Join(tmp, "redis.log"), os.Stderr)
-	if err != nil {
-		return 0, err
-	}
-	defer rproc.Stop(5 * time.Second)
-	rdb := redis.NewClient(&redis.Options{Addr: raddr})
-	defer rdb.Close()
-
-	kport, err := stack.FreePort()
-	if err != nil {
-		return 0, err
-	}
-	kc, kaddr, err := stack.StartKafka(kport)
-	if err != nil {
-		return 0, err
-	}
-	defer kc.Close()
-	kafkaAddr = kaddr
-
-	srv := httptest.NewServer(nil)
-	defer srv.Close()
-	srv.Config.Handler = headers.wrap(demo.Mux(&demo.Source{DeliverURL: srv.URL + "/deliver"}, sink))
-
 	// The tracing interceptor and the metrics handler are on the client;
 	// the workers inherit them.
-	copts := client.Options{HostPort: taddr, Logger: tlog.NewStructuredLogger(logger)}
+	copts := client.Options{Logger: tlog.NewStructuredLogger(logger)}
 	tel.ClientOptions(&copts)
-	tc, err = client.Dial(copts)
+	st, err = stack.Start(ctx, stack.Options{InMemory: true, Client: copts, DemoHandler: headers.wrap, Log: os.Stderr})
 	if err != nil {
 		return 0, err
 	}
-	defer tc.Close()
+	defer st.Close()
 
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
-		RecipientsURL: srv.URL + "/recipients",
+		RecipientsURL: st.DemoURL + "/recipients",
 		Client:        webhook.NewClient(10*time.Second, 64),
 	}, typeOptions)
-	dlw := activities.NewDeadLetterWriter([]string{kaddr}, activities.DefaultDeliveriesDLQTopic)
-	defer dlw.Close()
-	wctx, wcancel := context.WithCancel(ctx)
-	werr := make(chan error, 1)
-	go func() {
-		werr <- workers.Run(wctx, workers.Options{
-			Client: tc, Registry: reg, Redis: rdb, Queues: vocab.Queues(), Logger: logger, DeadLetters: dlw,
-			Backoff: backoff.Policy{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: 0.5},
-		})
-	}()
-	defer func() { wcancel(); <-werr }()
-
-	bctx, bcancel := context.WithCancel(ctx)
-	b := starter.New(starter.Config{
-		Brokers:        []string{kaddr},
-		Topic:          eventsTopic,
-		GroupID:        "fanout-bridge",
-		DLQTopic:       starter.DefaultEventsDLQTopic,
+	stopWorkers := st.RunWorkers(workers.Options{
+		Registry: reg, Logger: logger,
+		Backoff: backoff.Policy{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: 0.5},
+	})
+	defer stopWorkers()
+	_, stopBridge := st.RunBridge(starter.Config{
 		Validator:      starter.Validator{Types: []string{webhook.EventType}, MaxPayloadBytes: 4096},
-		Events:         starter.NewEventRecord(rdb, time.Hour),
 		Logger:         logger,
 		TracerProvider: tel.TracerProvider,
 		MeterProvider:  tel.MeterProvider,
-	}, tc)
-	bdone := make(chan struct{})
-	go func() {
-		defer close(bdone)
-		if err := b.Run(bctx); err != nil {
-			logger.Error("bridge stopped", "err", err)
-		}
-	}()
-	defer func() { bcancel(); <-bdone }()
-
+	})
+	defer stopBridge()
 	return m.Run(), nil
 }
 
-// record is a demo event record; extra goes into the payload.
-func record(t *testing.T, id string, audience int, extra map[string]any) kafka.Message {
+// publish writes demo events to the events topic.
+func publish(t *testing.T, evs ...stack.Event) {
 	t.Helper()
-	p := map[string]any{"audience": audience, "message": map[string]string{"text": "hello " + id}}
-	for k, v := range extra {
-		p[k] = v
-	}
-	pb, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := starter.Record(context.Background(), starter.Envelope{ID: id, Type: webhook.EventType, Payload: pb})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func publish(t *testing.T, msgs ...kafka.Message) {
-	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(kafkaAddr), Topic: eventsTopic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond}
-	defer w.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
+	if err := st.Publish(context.Background(), evs...); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
 }
@@ -247,21 +148,13 @@ func publish(t *testing.T, msgs ...kafka.Message) {
 // waitResult waits for the event's Fanout workflow to complete.
 func waitResult(t *testing.T, eventID string) workflows.FanoutResult {
 	t.Helper()
-	wid := vocab.WorkflowID(webhook.EventType, eventID)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for {
-		var res workflows.FanoutResult
-		err := tc.GetWorkflow(ctx, wid, "").Get(ctx, &res)
-		if err == nil {
-			return res
-		}
-		var nf *serviceerror.NotFound
-		if !errors.As(err, &nf) || ctx.Err() != nil {
-			t.Fatalf("event %s: %v", eventID, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	res, err := st.Wait(ctx, eventID)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return res
 }
 
 func randomHex(t *testing.T, n int) string {
@@ -436,9 +329,11 @@ func checkOneTrace(t *testing.T, eventID string, audience, batches int, traceID 
 func TestOneTraceFromRecordToDeliveries(t *testing.T) {
 	id := "trace-" + runID
 	traceID, spanID := randomHex(t, 16), randomHex(t, 8)
-	m := record(t, id, 130, nil)
+	m := stack.Event{ID: id, Audience: 130}.Record()
 	m.Headers = append(m.Headers, kafka.Header{Key: "traceparent", Value: []byte("00-" + traceID + "-" + spanID + "-01")})
-	publish(t, m)
+	if err := st.Publisher.PublishRecords(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
 	res := waitResult(t, id)
 	if res.Delivered != 130 || res.BatchesCompleted != 3 {
 		t.Fatalf("result %+v, want 130 delivered in 3 batches", res.Progress)
@@ -452,7 +347,7 @@ func TestOneTraceFromRecordToDeliveries(t *testing.T) {
 // (a single-batch event: its batch runs as an activity of Fanout).
 func TestRecordWithoutTraceparentStartsOneTrace(t *testing.T) {
 	id := "notrace-" + runID
-	publish(t, record(t, id, 7, nil))
+	publish(t, stack.Event{ID: id, Audience: 7})
 	if res := waitResult(t, id); res.Delivered != 7 {
 		t.Fatalf("result %+v, want 7 delivered", res.Progress)
 	}
@@ -474,17 +369,13 @@ func TestRecordWithoutTraceparentStartsOneTrace(t *testing.T) {
 // -traceparent given (passed on as it is when nothing exports spans), or a
 // trace of its own per event, whose id it prints.
 func TestStarterPublishWritesTraceContext(t *testing.T) {
-	root, err := stack.RepoRoot()
-	if err != nil {
+	if err := st.Build(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "starter")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "starter")).CombinedOutput(); err != nil {
-		t.Fatalf("build starter: %v\n%s", err, out)
-	}
+	bin := filepath.Join(st.Bin, "starter")
 	publishCmd := func(args ...string) string {
 		cmd := exec.Command(bin, append([]string{"publish", "-payload", `{"audience":3}`}, args...)...)
-		cmd.Env = append(os.Environ(), "FANOUT_KAFKA_BROKERS="+kafkaAddr, "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
+		cmd.Env = append(os.Environ(), "FANOUT_KAFKA_BROKERS="+st.KafkaAddr, "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("starter publish %v: %v\n%s", args, err, out)
@@ -532,7 +423,7 @@ func TestStarterPublishWritesTraceContext(t *testing.T) {
 	checkOneTrace(t, own, 3, 1, b.SpanContext().TraceID(), b.Parent().SpanID())
 
 	cmd := exec.Command(bin, "publish", "-id", "x", "-traceparent", "garbage")
-	cmd.Env = append(os.Environ(), "FANOUT_KAFKA_BROKERS="+kafkaAddr)
+	cmd.Env = append(os.Environ(), "FANOUT_KAFKA_BROKERS="+st.KafkaAddr)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "traceparent") {
 		t.Errorf("publish -traceparent garbage: %v\n%s", err, out)
 	}
@@ -543,7 +434,7 @@ func TestStarterPublishWritesTraceContext(t *testing.T) {
 // delivered, duplicate, failed and retried recipients; dead letters.
 func TestMetricsEndpoint(t *testing.T) {
 	ok, dupEv, failEv := "metrics-ok-"+runID, "metrics-dup-"+runID, "metrics-fail-"+runID
-	sink.Fail = func(ev, r string) (int, time.Duration) {
+	st.Sink.Fail = func(ev, r string) (int, time.Duration) {
 		if ev != failEv {
 			return 0, 0
 		}
@@ -555,13 +446,15 @@ func TestMetricsEndpoint(t *testing.T) {
 		}
 		return 0, 0
 	}
-	t.Cleanup(func() { sink.Fail = nil })
+	t.Cleanup(func() { st.Sink.Fail = nil })
 	publish(t,
-		record(t, ok, 60, nil),
-		record(t, dupEv, 130, map[string]any{"duplicate_every": 10}), // r9, r19, r29 again on page 2
-		record(t, failEv, 10, nil),
-		kafka.Message{Key: []byte("bad"), Value: []byte("{not json")},
+		stack.Event{ID: ok, Audience: 60},
+		stack.Event{ID: dupEv, Audience: 130, DuplicateEvery: 10}, // r9, r19, r29 again on page 2
+		stack.Event{ID: failEv, Audience: 10},
 	)
+	if err := st.Publisher.PublishRecords(context.Background(), kafka.Message{Key: []byte("bad"), Value: []byte("{not json")}); err != nil {
+		t.Fatal(err)
+	}
 	if res := waitResult(t, ok); res.Delivered != 60 {
 		t.Fatalf("%s: %+v", ok, res.Progress)
 	}
@@ -571,7 +464,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if res := waitResult(t, failEv); res.Delivered != 8 || res.Failed != 2 || res.DeadLettered != 2 {
 		t.Fatalf("%s: %+v, want 8 delivered, 2 failed and dead-lettered", failEv, res.Progress)
 	}
-	publish(t, record(t, ok, 60, nil)) // again: a duplicate event
+	publish(t, stack.Event{ID: ok, Audience: 60}) // again: a duplicate event
 
 	type want struct {
 		name   string
