@@ -36,6 +36,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/activities/gate"
 	"github.com/fanout/fanout/internal/dev/demo"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
@@ -482,7 +483,8 @@ func isConnErr(err error) bool {
 // marked) — the most a crash right now can duplicate.
 func (s *Stack) HeldNotDelivered(ctx context.Context, eventID string) (int, error) {
 	n := 0
-	iter := s.RDB.Scan(ctx, 0, "fanout:r:"+eventID+":*", 1000).Iterator()
+	pattern := gate.New(s.RDB, 0).Key(vocab.EventKey(webhook.EventType, eventID), "*")
+	iter := s.RDB.Scan(ctx, 0, pattern, 1000).Iterator()
 	var keys []string
 	flush := func() error {
 		if len(keys) == 0 {
