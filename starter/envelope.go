@@ -14,16 +14,11 @@ import (
 	"github.com/fanout/fanout"
 )
 
-// Envelope is the JSON form of an event on the events topic:
+// Envelope is the JSON form of an event on the events topic: fanout.Event's
+// own encoding,
 //
 //	{"id": "order-42", "type": "webhook", "priority": "high", "payload": {...}, "headers": {...}}
-type Envelope struct {
-	ID       string            `json:"id"`
-	Type     string            `json:"type"`
-	Priority string            `json:"priority,omitempty"`
-	Payload  json.RawMessage   `json:"payload,omitempty"`
-	Headers  map[string]string `json:"headers,omitempty"`
-}
+type Envelope = fanout.Event
 
 // Reasons a record is dead-lettered; the DLQ record carries one in its
 // HeaderReason header, followed by details in HeaderError.
@@ -95,13 +90,13 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 	case !slices.Contains(v.Types, env.Type):
 		return fanout.Event{}, invalid(ReasonUnknownType, "type %q is not one of %v", clip(env.Type, maxEchoBytes), v.Types)
 	}
-	if env.Priority != "" && !fanout.Priority(env.Priority).Valid() {
-		return fanout.Event{}, invalid(ReasonUnknownPriority, "priority %q is not one of high, normal, low", clip(env.Priority, maxEchoBytes))
+	if env.Priority != "" && !env.Priority.Valid() {
+		return fanout.Event{}, invalid(ReasonUnknownPriority, "priority %q is not one of high, normal, low", clip(string(env.Priority), maxEchoBytes))
 	}
 	if v.MaxPayloadBytes > 0 && len(env.Payload) > v.MaxPayloadBytes {
 		return fanout.Event{}, invalid(ReasonPayloadTooLarge, "payload of %d bytes is over the limit of %d", len(env.Payload), v.MaxPayloadBytes)
 	}
-	ev := fanout.Event{ID: env.ID, Type: env.Type, Priority: fanout.Priority(env.Priority), Payload: env.Payload, Headers: env.Headers}
+	ev := env
 	for _, h := range m.Headers {
 		if slices.Contains(traceHeaders, strings.ToLower(h.Key)) {
 			if ev.Headers == nil {

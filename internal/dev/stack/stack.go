@@ -430,7 +430,7 @@ type Event struct {
 func (e Event) Envelope() starter.Envelope {
 	msg, _ := json.Marshal(map[string]string{"text": cmp.Or(e.Text, "hi")})
 	payload, _ := json.Marshal(demo.Payload{Audience: e.Audience, DuplicateEvery: e.DuplicateEvery, Message: msg, RecipientsURL: e.RecipientsURL})
-	return starter.Envelope{ID: e.ID, Type: webhook.EventType, Priority: string(e.Priority), Payload: payload}
+	return starter.Envelope{ID: e.ID, Type: webhook.EventType, Priority: e.Priority, Payload: payload}
 }
 
 // Record is the event's Kafka record (without trace context), for tests

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/starter"
@@ -150,7 +151,7 @@ func runPublish(ctx context.Context, args []string) error {
 			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
 				attribute.String("messaging.destination.name", cfg.EventsTopic), attribute.String("fanout.event.id", evID)))
 		spans = append(spans, span)
-		m, err := starter.Record(sctx, starter.Envelope{ID: evID, Type: *typ, Priority: *prio, Payload: json.RawMessage(*payload)})
+		m, err := starter.Record(sctx, starter.Envelope{ID: evID, Type: *typ, Priority: fanout.Priority(*prio), Payload: json.RawMessage(*payload)})
 		if err != nil {
 			return err
 		}

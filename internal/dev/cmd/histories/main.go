@@ -180,7 +180,7 @@ func (g *gen) multiBatch(ctx context.Context) error {
 // task, when the history is still short).
 func (g *gen) continueAsNew(ctx context.Context) error {
 	ev := demoEvent(evCAN, 5000)
-	we, err := g.tc.ExecuteWorkflow(ctx, starter.StartOptions(ev), workflows.Fanout, workflows.FanoutInput{Event: ev, MaxHistoryLength: 20})
+	we, err := starter.StartFanout(ctx, g.tc, workflows.FanoutInput{Event: ev, MaxHistoryLength: 20}, false)
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (g *gen) retries(ctx context.Context) error {
 // with set-rate, resumed.
 func (g *gen) pauseResume(ctx context.Context) error {
 	ev := demoEvent(evPause, 3000)
-	if _, err := g.tc.ExecuteWorkflow(ctx, starter.StartOptions(ev), workflows.Fanout, workflows.FanoutInput{Event: ev}); err != nil {
+	if _, err := starter.StartFanout(ctx, g.tc, workflows.FanoutInput{Event: ev}, false); err != nil {
 		return err
 	}
 	p, err := g.update(ctx, wid(evPause), vocab.PauseUpdate, "maintenance window")
@@ -262,7 +262,7 @@ func (g *gen) pauseResume(ctx context.Context) error {
 // cancel: a slow (rate-capped) event canceled mid-way.
 func (g *gen) cancel(ctx context.Context) error {
 	ev := demoEvent(evCanceled, 20000)
-	if _, err := g.tc.ExecuteWorkflow(ctx, starter.StartOptions(ev), workflows.Fanout, workflows.FanoutInput{Event: ev}); err != nil {
+	if _, err := starter.StartFanout(ctx, g.tc, workflows.FanoutInput{Event: ev}, false); err != nil {
 		return err
 	}
 	if _, err := g.update(ctx, wid(evCanceled), vocab.SetRateUpdate, 1000.0); err != nil {
