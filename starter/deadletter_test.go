@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fanout/fanout"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -101,4 +102,38 @@ func TestInvalidErrorsEchoLittle(t *testing.T) {
 			t.Errorf("%s error cut inside a rune", ie.Reason)
 		}
 	}
+}
+
+// FuzzParse: whatever a record holds, Parse gives an event that keeps every
+// rule (id grammar, a known type and priority, the payload limit) or an
+// InvalidError with a named reason and a short message, and the record's
+// dead letter stays writable.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"a","type":"webhook"}`, `{"id":"x/batch/0","type":"webhook"}`, `{"id":"a#1","type":"webhook","priority":"high"}`,
+		`{"id":"a","type":"webhook","payload":{"k":"v"},"headers":{"traceparent":"x"}}`, `{"id":"\u202e","type":"webhook"}`,
+		`{"id":"a","type":"sms"}`, `{"id":"a","type":"webhook","priority":"URGENT"}`, `{"id":1e999}`, `null`, ``, `{"id":"a","type":"webhook"} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	v := Validator{Types: []string{"webhook"}, MaxPayloadBytes: 256}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		ev, err := v.Parse(kafka.Message{Value: value})
+		if err != nil {
+			var ie *InvalidError
+			if !errors.As(err, &ie) || ie.Reason == "" {
+				t.Fatalf("error without a reason: %v", err)
+			}
+			if len(ie.Error()) > 600 {
+				t.Fatalf("%s error of %d bytes", ie.Reason, len(ie.Error()))
+			}
+			if d := DeadLetterRecord(kafka.Message{Value: value}, ie.Reason, ie.Error(), time.Now()); recordSize(d) > 900<<10 {
+				t.Fatalf("dead letter of %d bytes", recordSize(d))
+			}
+			return
+		}
+		if fanout.ValidateID(ev.ID) != nil || ev.Type != "webhook" || (ev.Priority != "" && !ev.Priority.Valid()) || len(ev.Payload) > 256 {
+			t.Fatalf("Parse accepted %+v", ev)
+		}
+	})
 }

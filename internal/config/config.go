@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -107,7 +108,14 @@ type Worker struct {
 	// Needs the events queue.
 	Bridge bool `env:"FANOUT_BRIDGE"`
 
-	RecipientsURL string        `env:"FANOUT_RECIPIENTS_URL"`
+	RecipientsURL string `env:"FANOUT_RECIPIENTS_URL"`
+	// RecipientsURLAllow: URL prefixes an event's payload may name as its
+	// recipients_url; empty: payloads cannot choose the endpoint.
+	RecipientsURLAllow []string `env:"FANOUT_RECIPIENTS_URL_ALLOW" envSeparator:","`
+	// OutboundAllow: address ranges (CIDR or single addresses) the webhook
+	// client may reach although they are loopback, private, link-local or
+	// otherwise internal; empty: public addresses only.
+	OutboundAllow string        `env:"FANOUT_OUTBOUND_ALLOW"`
 	HTTPTimeout   time.Duration `env:"FANOUT_HTTP_TIMEOUT" envDefault:"10s"`
 	BatchSlots    int           `env:"FANOUT_BATCH_SLOTS" envDefault:"8"`
 	// LowPrioritySlots: batch slots of the low-priority queue (0: a quarter of FANOUT_BATCH_SLOTS).
@@ -264,6 +272,14 @@ func (w *Worker) Validate() error {
 	if w.BatchSlots < 1 {
 		return fmt.Errorf("FANOUT_BATCH_SLOTS: %d is under 1", w.BatchSlots)
 	}
+	if _, err := webhook.ParseAllow(w.OutboundAllow); err != nil {
+		return fmt.Errorf("FANOUT_OUTBOUND_ALLOW: %w", err)
+	}
+	for _, p := range w.RecipientsURLAllow {
+		if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("FANOUT_RECIPIENTS_URL_ALLOW: %q is not an http(s) URL prefix with a host", p)
+		}
+	}
 	if w.HTTPTimeout <= 0 {
 		return fmt.Errorf("FANOUT_HTTP_TIMEOUT: must be positive")
 	}
@@ -297,6 +313,16 @@ var typeOptionVars = strings.NewReplacer(
 	"BatchSize:", "FANOUT_BATCH_SIZE:", "PageSize:", "FANOUT_PAGE_SIZE:", "Window:", "FANOUT_WINDOW:",
 	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
 	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:")
+
+// Webhook is the stock webhook type's handler as configured.
+func (w *Worker) Webhook() *webhook.Handler {
+	allow, _ := webhook.ParseAllow(w.OutboundAllow) // checked by Validate
+	return &webhook.Handler{
+		RecipientsURL:      w.RecipientsURL,
+		RecipientsURLAllow: w.RecipientsURLAllow,
+		Client:             webhook.NewClient(w.HTTPTimeout, 256, allow...),
+	}
+}
 
 // TypeOptions are the stock webhook type's options.
 func (w *Worker) TypeOptions() fanout.TypeOptions {

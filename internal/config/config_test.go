@@ -211,6 +211,9 @@ func TestLoadBadValues(t *testing.T) {
 		{"local delivery limit over the batch limit", worker, map[string]string{"FANOUT_LOCAL_DELIVERY_MAX": "6000"}, "FANOUT_LOCAL_DELIVERY_MAX"},
 		{"window over its limit", worker, map[string]string{"FANOUT_WINDOW": "501"}, "FANOUT_WINDOW"},
 		{"HTTP timeout negative", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "-1s"}, "FANOUT_HTTP_TIMEOUT"},
+		{"outbound allow-list with a bad prefix", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "FANOUT_OUTBOUND_ALLOW"},
+		{"outbound allow-list with a host name", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "metadata.internal"}, "FANOUT_OUTBOUND_ALLOW"},
+		{"recipients URL allow-list with a file URL", worker, map[string]string{"FANOUT_RECIPIENTS_URL_ALLOW": "file:///etc/"}, "FANOUT_RECIPIENTS_URL_ALLOW"},
 	}
 	runBadValues(t, cases)
 }

@@ -29,7 +29,7 @@ func TestDeliverSendsTraceparent(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	h := &Handler{Client: NewClient(5*time.Second, 4)}
+	h := &Handler{Client: NewClient(5*time.Second, 4, Loopback...)}
 	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		t.Fatal("bad test traceparent")

@@ -8,6 +8,15 @@
 //
 // Payload: {"message": <any JSON>, "content_type": "...", "recipients_url": "..."};
 // every field is optional. Without "message" the whole payload is the message.
+// A payload's recipients_url is honoured only when it starts with one of the
+// handler's RecipientsURLAllow prefixes.
+//
+// Every address comes from untrusted input (the event, the recipients
+// endpoint), so the client of NewClient only connects where the address
+// guard allows (public addresses, plus the ranges given to NewClient; checked
+// on the IP dialled, after DNS), speaks only http and https, follows at most
+// 3 redirects (each checked again), and the handler reads at most
+// MaxPageBytes of a recipients page.
 package webhook
 
 import (
@@ -17,15 +26,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/netguard"
 )
 
 // EventType is the name the worker binary registers this handler under.
@@ -43,7 +57,37 @@ const (
 type Handler struct {
 	// RecipientsURL is used when the payload names none.
 	RecipientsURL string
-	Client        *http.Client
+	// RecipientsURLAllow are the URL prefixes a payload's recipients_url
+	// must start with to be used; empty refuses every payload URL.
+	RecipientsURLAllow []string
+	// Client makes the requests; use NewClient (nil: a NewClient with
+	// fanout's defaults, public addresses only).
+	Client *http.Client
+}
+
+// Bounds of what a destination may send back.
+const (
+	// MaxPageBytes is the largest recipients page read.
+	MaxPageBytes = 8 << 20
+	// maxRedirects is how many redirects a request follows.
+	maxRedirects = 3
+	// maxRetryAfter caps a Retry-After (a bigger one overflowed before).
+	maxRetryAfter = 24 * time.Hour
+)
+
+// UserAgent identifies fanout's requests to recipients endpoints and
+// destinations.
+const UserAgent = "fanout-webhook/1"
+
+// Loopback is the allow-list of development and tests, where the recipients
+// endpoint and the sink run on this machine.
+var Loopback = netguard.Loopback().Allow
+
+// ParseAllow reads an allow-list of CIDR prefixes or addresses
+// ("10.20.0.0/16,::1"), as FANOUT_OUTBOUND_ALLOW gives it.
+func ParseAllow(list string) ([]netip.Prefix, error) {
+	p, err := netguard.Parse(list)
+	return p.Allow, err
 }
 
 // NewClient returns an HTTP client tuned for many deliveries to few hosts:
@@ -54,14 +98,70 @@ type Handler struct {
 // carries the W3C traceparent/tracestate headers, so the recipient sees the
 // event's trace. Without a tracer provider the incoming trace context is
 // still passed on.
-func NewClient(timeout time.Duration, maxConnsPerHost int) *http.Client {
+//
+// It connects only to addresses the guard allows: public ones, and those in
+// allow (Loopback in development; a private range the destinations really
+// live on).
+func NewClient(timeout time.Duration, maxConnsPerHost int, allow ...netip.Prefix) *http.Client {
+	guard := netguard.Policy{Allow: allow}
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // a proxy would dial for us, past the guard
 	t.MaxIdleConns = maxConnsPerHost * 4
 	t.MaxIdleConnsPerHost = maxConnsPerHost
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	return &http.Client{Timeout: timeout, Transport: otelhttp.NewTransport(t,
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guard.Control}).DialContext
+	return &http.Client{Timeout: timeout, CheckRedirect: checkRedirect, Transport: otelhttp.NewTransport(t,
 		otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
 		otelhttp.WithSpanNameFormatter(spanName))}
+}
+
+// checkRedirect follows at most maxRedirects redirects, to http and https
+// only (the dial of each is guarded like the first).
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) > maxRedirects {
+		return fanout.Permanent(fmt.Errorf("stopped after %d redirects", maxRedirects))
+	}
+	return checkURL(req.URL)
+}
+
+// checkURL refuses what is not an absolute http or https URL.
+func checkURL(u *url.URL) error {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fanout.Permanent(fmt.Errorf("scheme %.16q not allowed (http, https)", u.Scheme))
+	}
+	if u.Host == "" {
+		return fanout.Permanent(errors.New("no host in the address"))
+	}
+	return nil
+}
+
+// defaultClient is the client of a Handler without one.
+var defaultClient = NewClient(10*time.Second, 64)
+
+// newRequest builds a POST to rawURL after checking it.
+func newRequest(ctx context.Context, rawURL string, body []byte) (*http.Request, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fanout.Permanent(fmt.Errorf("address: %w", err))
+	}
+	if err := checkURL(u); err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, fanout.Permanent(err)
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	return req, nil
+}
+
+// do sends req; a refusal by the guard is permanent: no retry reaches a
+// destination it does not allow.
+func do(c *http.Client, req *http.Request) (*http.Response, error) {
+	resp, err := c.Do(req)
+	if err != nil && (errors.Is(err, netguard.ErrDenied) || fanout.IsPermanent(err)) {
+		return nil, fanout.Permanent(err)
+	}
+	return resp, err
 }
 
 // spanName names a request's span: "webhook deliver" or "webhook recipients".
@@ -100,7 +200,24 @@ func (h *Handler) client() *http.Client {
 	if h.Client != nil {
 		return h.Client
 	}
-	return http.DefaultClient
+	return defaultClient
+}
+
+// recipientsURL is the endpoint of an event: the payload's when allowed,
+// else the handler's.
+func (h *Handler) recipientsURL(p payload) (string, error) {
+	if p.RecipientsURL == "" {
+		if h.RecipientsURL == "" {
+			return "", fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
+		}
+		return h.RecipientsURL, nil
+	}
+	for _, prefix := range h.RecipientsURLAllow {
+		if prefix != "" && strings.HasPrefix(p.RecipientsURL, prefix) {
+			return p.RecipientsURL, nil
+		}
+	}
+	return "", fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url %.64q matches no FANOUT_RECIPIENTS_URL_ALLOW prefix", p.RecipientsURL))
 }
 
 // GetRecipients asks the recipients endpoint for one page.
@@ -109,33 +226,43 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	url := p.RecipientsURL
-	if url == "" {
-		url = h.RecipientsURL
-	}
-	if url == "" {
-		return fanout.Page{}, fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
+	url, err := h.recipientsURL(p)
+	if err != nil {
+		return fanout.Page{}, err
 	}
 	body, err := json.Marshal(RecipientsRequest{Event: ev, Cursor: cursor, Limit: limit})
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := newRequest(ctx, url, body)
 	if err != nil {
-		return fanout.Page{}, fanout.Permanent(err)
+		return fanout.Page{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.client().Do(req)
+	resp, err := do(h.client(), req)
 	if err != nil {
 		return fanout.Page{}, err
 	}
 	defer resp.Body.Close()
 	if err := Classify(resp); err != nil {
-		return fanout.Page{}, fmt.Errorf("recipients %s: %w", url, err)
+		return fanout.Page{}, fmt.Errorf("recipients endpoint: %w", err)
+	}
+	return DecodePage(resp.Body)
+}
+
+// DecodePage reads one recipients page of at most MaxPageBytes; a larger or
+// malformed page is a permanent error (asking again gets the same page).
+func DecodePage(r io.Reader) (fanout.Page, error) {
+	b, err := io.ReadAll(io.LimitReader(r, MaxPageBytes+1))
+	if err != nil {
+		return fanout.Page{}, fmt.Errorf("recipients endpoint: read page: %w", err)
+	}
+	if len(b) > MaxPageBytes {
+		return fanout.Page{}, fanout.Permanent(fmt.Errorf("page_too_large: the recipients page is over %d bytes", MaxPageBytes))
 	}
 	var page fanout.Page
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		return fanout.Page{}, fmt.Errorf("recipients %s: decode page: %w", url, err)
+	if err := json.Unmarshal(b, &page); err != nil {
+		return fanout.Page{}, fanout.Permanent(fmt.Errorf("invalid_page: %w", err))
 	}
 	return page, nil
 }
@@ -153,6 +280,9 @@ func (h *Handler) GenerateMessage(_ context.Context, ev fanout.Event) (fanout.Me
 	if m.ContentType == "" {
 		m.ContentType = "application/json"
 	}
+	if _, _, err := mime.ParseMediaType(m.ContentType); err != nil || strings.ContainsAny(m.ContentType, "\r\n") {
+		return fanout.Message{}, fanout.Permanent(fmt.Errorf("content_type %.64q is not a media type", m.ContentType))
+	}
 	return m, nil
 }
 
@@ -161,16 +291,16 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 	if r.Address == "" {
 		return fanout.Permanent(fmt.Errorf("recipient %q has no address", r.ID))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.Address, bytes.NewReader(m.Body))
+	req, err := newRequest(ctx, r.Address, m.Body)
 	if err != nil {
-		return fanout.Permanent(err)
+		return err
 	}
 	req.Header.Set("Content-Type", m.ContentType)
 	req.Header.Set(HeaderEventID, ev.ID)
 	req.Header.Set(HeaderEventType, ev.Type)
 	req.Header.Set(HeaderRecipientID, r.ID)
 	req.Header.Set(HeaderIdempotency, ev.ID+":"+r.ID)
-	resp, err := h.client().Do(req)
+	resp, err := do(h.client(), req)
 	if err != nil {
 		return err
 	}
@@ -206,12 +336,15 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
+		if s > int64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
 		return time.Duration(s) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
-			return d, true
+			return min(d, maxRetryAfter), true
 		}
 		return 0, true
 	}

@@ -176,7 +176,7 @@ func KillBridge(ctx context.Context, o Options, size int) (Report, error) {
 		if err := u.waitWorkflows(ctx, ids); err != nil {
 			return err
 		}
-		unc, end, err := groupLag(ctx, u.s.KafkaAddr, "fanout-bridge")
+		unc, end, err := groupLag(ctx, u.s.KafkaAddr, starter.DefaultConsumerGroup)
 		if err != nil {
 			return err
 		}
@@ -195,7 +195,7 @@ func KillBridge(ctx context.Context, o Options, size int) (Report, error) {
 		// The restarted bridge must consume the records again and commit them
 		// (once the dead member's session has expired: up to 30 s).
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err = waitCommitted(cctx, u.s.KafkaAddr, "fanout-bridge")
+		err = waitCommitted(cctx, u.s.KafkaAddr, starter.DefaultConsumerGroup)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("restarted bridge did not commit the redelivered records: %w", err)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -71,7 +72,11 @@ func run(m *testing.M) (int, error) {
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
 		RecipientsURL: s.DemoURL + "/recipients",
-		Client:        webhook.NewClient(10*time.Second, 256),
+		// The demo and the tests' servers listen on 127.0.0.1; the hostile
+		// input tests stand for internal services on 127.0.0.2, which the
+		// guard must refuse.
+		Client:             webhook.NewClient(10*time.Second, 256, netip.MustParsePrefix("127.0.0.1/32")),
+		RecipientsURLAllow: []string{"http://127.0.0.1:"},
 	}, stackOptions)
 	stopWorkers := s.RunWorkers(workers.Options{Registry: reg, Logger: logger})
 	defer stopWorkers()

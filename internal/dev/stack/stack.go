@@ -269,6 +269,8 @@ func (s *Stack) Env() []string {
 		"TEMPORAL_ADDRESS=" + s.TemporalAddr, "TEMPORAL_NAMESPACE=default",
 		"FANOUT_KAFKA_BROKERS=" + s.KafkaAddr, "FANOUT_REDIS_URL=redis://" + s.RedisAddr + "/0",
 		"FANOUT_RECIPIENTS_URL=" + s.DemoURL + "/recipients", "FANOUT_LOG_LEVEL=warn",
+		// The demo source and sink, and the tests' servers, are on loopback.
+		"FANOUT_OUTBOUND_ALLOW=127.0.0.0/8,::1", "FANOUT_RECIPIENTS_URL_ALLOW=http://127.0.0.1:",
 	}
 	return append(env, s.opts.Env...)
 }
@@ -386,7 +388,7 @@ func (s *Stack) RunBridge(cfg starter.Config) (b *starter.Bridge, stop func()) {
 		cfg.Brokers = []string{s.KafkaAddr}
 	}
 	cfg.Topic = cmp.Or(cfg.Topic, starter.DefaultEventsTopic)
-	cfg.GroupID = cmp.Or(cfg.GroupID, "fanout-bridge")
+	cfg.GroupID = cmp.Or(cfg.GroupID, starter.DefaultConsumerGroup)
 	cfg.DLQTopic = cmp.Or(cfg.DLQTopic, starter.DefaultEventsDLQTopic)
 	cfg.Events = cmp.Or(cfg.Events, starter.NewEventRecord(s.RDB, time.Hour))
 	b = starter.New(cfg, s.TC)

@@ -69,10 +69,7 @@ func run() error {
 	defer tc.Close()
 
 	reg := fanout.NewRegistry()
-	reg.MustRegister(webhook.EventType, &webhook.Handler{
-		RecipientsURL: cfg.RecipientsURL,
-		Client:        webhook.NewClient(cfg.HTTPTimeout, 256),
-	}, cfg.TypeOptions())
+	reg.MustRegister(webhook.EventType, cfg.Webhook(), cfg.TypeOptions())
 	dlw := activities.NewDeadLetterWriter(cfg.Brokers, cfg.DeliveriesDLQ)
 	defer dlw.Close()
 

@@ -148,7 +148,7 @@ func (b *bench) floor(ctx context.Context) (Row, error) {
 		}
 	}
 	n := b.sz.heavy
-	h := &webhook.Handler{Client: webhook.NewClient(10*time.Second, 256)}
+	h := &webhook.Handler{Client: webhook.NewClient(10*time.Second, 256, webhook.Loopback...)}
 	ev := fanout.Event{ID: b.id("floor"), Type: webhook.EventType}
 	msg := fanout.Message{ContentType: "application/json", Body: []byte(`{"text":"hi"}`)}
 	addr := b.st.DemoURL + "/deliver"

@@ -120,7 +120,7 @@ func run(m *testing.M) (int, error) {
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
 		RecipientsURL: st.DemoURL + "/recipients",
-		Client:        webhook.NewClient(10*time.Second, 64),
+		Client:        webhook.NewClient(10*time.Second, 64, webhook.Loopback...),
 	}, typeOptions)
 	stopWorkers := st.RunWorkers(workers.Options{
 		Registry: reg, Logger: logger,

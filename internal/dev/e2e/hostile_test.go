@@ -1,0 +1,101 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/dev/stack"
+)
+
+// countingServer is a loopback HTTP server on addr that counts its requests
+// and answers with h.
+type countingServer struct {
+	*httptest.Server
+	hits atomic.Int64
+}
+
+func startCounting(t *testing.T, addr string, h http.HandlerFunc) *countingServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	s := &countingServer{}
+	s.Server = &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		if h != nil {
+			h(w, r)
+		}
+	})}}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// internalService stands for a service the workers must never reach (another
+// pod, a loopback admin port): it listens on 127.0.0.2, outside the workers'
+// allow-list (127.0.0.1 only), and answers like a recipients endpoint whose
+// recipients are itself.
+func internalService(t *testing.T) *countingServer {
+	var s *countingServer
+	s = startCounting(t, "127.0.0.2:0", func(w http.ResponseWriter, _ *http.Request) {
+		json.NewEncoder(w).Encode(fanout.Page{Recipients: []fanout.Recipient{{ID: "victim", Address: s.URL + "/admin"}}})
+	})
+	return s
+}
+
+// A record whose payload names an internal service as its recipients_url:
+// the event fails with the reason, and the service gets no request.
+func TestHostilePayloadRecipientsURL(t *testing.T) {
+	internal := internalService(t)
+	id := "hostile-url-" + runID
+	st.publish(t, stack.Event{ID: id, RecipientsURL: internal.URL + "/recipients"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := st.Wait(ctx, id)
+	if err == nil || !strings.Contains(err.Error(), "recipients_url_not_allowed") {
+		t.Fatalf("event with an internal recipients_url: %v, want it failed with recipients_url_not_allowed", err)
+	}
+	if n := internal.hits.Load(); n != 0 {
+		t.Errorf("the internal service got %d requests", n)
+	}
+}
+
+// A recipients endpoint that names internal addresses (the metadata
+// address, a loopback service, a file URL) beside a real destination: only
+// the real one is delivered; the others are refused permanently, dead-
+// lettered, and never reached.
+func TestHostileRecipientAddresses(t *testing.T) {
+	internal := internalService(t)
+	good := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	page := fanout.Page{Recipients: []fanout.Recipient{
+		{ID: "metadata", Address: "http://169.254.169.254/latest/meta-data/"},
+		{ID: "loopback-service", Address: internal.URL + "/admin"},
+		{ID: "mapped", Address: "http://[::ffff:127.0.0.2]:" + internal.URL[strings.LastIndex(internal.URL, ":")+1:] + "/admin"},
+		{ID: "file", Address: "file:///etc/passwd"},
+		{ID: "real", Address: good.URL + "/hook"},
+	}}
+	endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(page) })
+	id := "hostile-addr-" + runID
+	st.publish(t, stack.Event{ID: id, RecipientsURL: endpoint.URL + "/recipients"})
+	res := st.waitResult(t, id, 60*time.Second)
+	if res.Delivered != 1 || res.Failed != 4 || res.DeadLettered != 4 {
+		t.Errorf("progress %+v; want 1 delivered, 4 failed and dead-lettered", res.Progress)
+	}
+	if good.hits.Load() != 1 {
+		t.Errorf("the real destination got %d requests, want 1", good.hits.Load())
+	}
+	if n := internal.hits.Load(); n != 0 {
+		t.Errorf("the internal service got %d requests", n)
+	}
+}
