@@ -223,4 +223,10 @@ const (
 	MaxWindow    = 500
 	// MaxBatchesPerPage bounds PageSize/BatchSize.
 	MaxBatchesPerPage = 100
+	// MaxMessageBytes bounds a generated message (its content type and
+	// body): it rides in every batch's input and every dead letter, well
+	// under Temporal's 2 MB payloads and Kafka's 1 MiB records.
+	MaxMessageBytes = 512 << 10
+	// MaxAddressLen bounds a recipient's address.
+	MaxAddressLen = 4096
 )

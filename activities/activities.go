@@ -50,6 +50,7 @@ type Activities struct {
 const (
 	ErrUnknownEventType = "UnknownEventType"
 	ErrDeliveryRetry    = "DeliveryRetry"
+	ErrMessageTooLarge  = "MessageTooLarge"
 )
 
 func (a *Activities) handler(eventType string) (fanout.Handler, fanout.TypeOptions, error) {
@@ -82,6 +83,10 @@ func (a *Activities) Prepare(ctx context.Context, in PrepareInput) (PrepareResul
 	msg, err := h.GenerateMessage(ctx, in.Event)
 	if err != nil {
 		return PrepareResult{}, nonRetryableIfPermanent(err)
+	}
+	if n := len(msg.Body) + len(msg.ContentType); n > fanout.MaxMessageBytes {
+		return PrepareResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("message_too_large: the generated message is %d bytes, over %d", n, fanout.MaxMessageBytes), ErrMessageTooLarge, nil)
 	}
 	if opts.LocalDeliveryMax == 0 {
 		// Resolved here so that the workflow's choice comes from this
@@ -351,9 +356,12 @@ func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) (todo []fa
 	return todo, rejected, res, nil
 }
 
-// ReasonInvalidRecipientID starts the error of a recipient rejected for its
-// id (in the batch result and the deliveries DLQ).
-const ReasonInvalidRecipientID = "invalid_recipient_id"
+// Reasons a recipient is rejected without a delivery attempt; they start
+// its error in the batch result and the deliveries DLQ.
+const (
+	ReasonInvalidRecipientID      = "invalid_recipient_id"
+	ReasonInvalidRecipientAddress = "invalid_recipient_address"
+)
 
 // screen drops the repeats of a recipient id within the batch (counted as
 // duplicates: they would present the same attempt id to the gate and be
@@ -365,14 +373,22 @@ func screen(rs []fanout.Recipient) (cands []fanout.Recipient, invalid map[string
 	seen := make(map[string]struct{}, len(rs))
 	cands = make([]fanout.Recipient, 0, len(rs))
 	for _, r := range rs {
+		why := ""
 		if err := fanout.ValidateID(r.ID); err != nil {
-			sum := sha256.Sum256([]byte(r.ID))
+			why = fmt.Sprintf("%s: %v (id %.64q)", ReasonInvalidRecipientID, err, r.ID)
+		} else if len(r.Address) > fanout.MaxAddressLen {
+			why = fmt.Sprintf("%s: address of %d bytes is over %d", ReasonInvalidRecipientAddress, len(r.Address), fanout.MaxAddressLen)
+		}
+		if why != "" {
+			// A stand-in id: the id may be unusable in keys, or the
+			// address would make a dead letter too large.
+			sum := sha256.Sum256([]byte(r.ID + "\x00" + r.Address))
 			standIn := "invalid-" + hex.EncodeToString(sum[:16])
 			if invalid == nil {
 				invalid = map[string]string{}
 			}
-			invalid[standIn] = fmt.Sprintf("%s: %v (id %.64q)", ReasonInvalidRecipientID, err, r.ID)
-			r = fanout.Recipient{ID: standIn, Address: clip(r.Address, 2048)}
+			invalid[standIn] = why
+			r = fanout.Recipient{ID: standIn, Address: clip(r.Address, 256)}
 		}
 		if _, again := seen[r.ID]; again {
 			dups++
@@ -587,7 +603,7 @@ func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []
 			dls[i] = DeadLetter{
 				EventID: in.Event.ID, EventType: in.Event.Type, Priority: in.Priority, AttemptID: in.AttemptID,
 				Recipient: f.Recipient, Attempts: f.Attempts, Permanent: f.Permanent, LastError: f.Error,
-				Time: now, Event: in.Event, Message: in.Message,
+				Time: now, Event: deadLetterEvent(in.Event), Message: in.Message,
 			}
 		}
 		if err := a.DeadLetters.Publish(ctx, dls); err != nil {
@@ -602,6 +618,15 @@ func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []
 		return a.Gate.MarkDeadLettered(ctx, eventKey(in.Event), in.AttemptID, ids...)
 	}
 	return nil
+}
+
+// deadLetterEvent is the event as a dead letter keeps it: without the
+// payload (get_recipients and generate_broadcast_message are done with it;
+// a redrive delivers the kept message), so a dead letter stays within
+// Kafka's record size (the message is bounded by fanout.MaxMessageBytes).
+func deadLetterEvent(ev fanout.Event) fanout.Event {
+	ev.Payload = nil
+	return ev
 }
 
 // IsDeliveryRetry reports whether err is DeliverBatch asking to be retried.

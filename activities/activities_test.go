@@ -173,3 +173,57 @@ func TestDeliverBatchWithoutGateOrStaging(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLettersStayBounded: whatever the event, the message and the
+// recipients hold, what reaches the deliveries DLQ fits a Kafka record: a
+// message over fanout.MaxMessageBytes fails the event in Prepare (named
+// reason, not retried), a recipient address over fanout.MaxAddressLen is
+// dead-lettered under a stand-in without its address, and dead letters carry
+// the event without its payload.
+func TestDeadLettersStayBounded(t *testing.T) {
+	big := strings.Repeat("x", fanout.MaxMessageBytes)
+	reg := fanout.NewRegistry()
+	h := &audience{delivered: map[string]int{}, fail: func(r fanout.Recipient) error { return fanout.Permanent(errors.New("gone")) }}
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	reg.MustRegister("huge", fanout.HandlerFuncs{
+		GenerateMessageFunc: func(context.Context, fanout.Event) (fanout.Message, error) {
+			return fanout.Message{ContentType: "text/plain", Body: []byte(big)}, nil
+		},
+	}, fanout.TypeOptions{})
+	dl := &dlqRecorder{}
+	acts := &activities.Activities{Registry: reg, DeadLetters: dl}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+
+	_, err := env.ExecuteActivity(acts.Prepare, activities.PrepareInput{Event: fanout.Event{ID: "e", Type: "huge"}})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || !ae.NonRetryable() || ae.Type() != activities.ErrMessageTooLarge || !strings.Contains(ae.Message(), "message_too_large") {
+		t.Fatalf("Prepare of a %d-byte message: %v, want a non-retryable message_too_large", len(big), err)
+	}
+
+	ev := fanout.Event{ID: "e", Type: "t", Payload: json.RawMessage(`{"N":1,"blob":"` + strings.Repeat("p", 100<<10) + `"}`)}
+	longAddr := "https://example.com/" + strings.Repeat("a", fanout.MaxAddressLen)
+	v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{Event: ev, AttemptID: "t/e#0",
+		Recipients: []fanout.Recipient{{ID: "long", Address: longAddr}, {ID: "ok", Address: "https://example.com/"}},
+		Message:    fanout.Message{Body: []byte("hi")}, MaxAttempts: 1, Concurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res activities.DeliverBatchResult
+	if err := v.Get(&res); err != nil || res.Failed != 2 || res.DeadLettered != 2 {
+		t.Fatalf("batch: %+v %v; want both failed and dead-lettered", res, err)
+	}
+	if _, called := h.delivered["long"]; called || len(dl.dls) != 2 {
+		t.Fatalf("deliveries %v, %d dead letters", h.delivered, len(dl.dls))
+	}
+	for _, d := range dl.dls {
+		b, _ := json.Marshal(d)
+		if len(b) > 16<<10 || d.Event.Payload != nil || len(d.Recipient.Address) > 256 {
+			t.Errorf("dead letter of %s: %d bytes, payload %d bytes, address %d bytes", d.Recipient.ID, len(b), len(d.Event.Payload), len(d.Recipient.Address))
+		}
+	}
+	if d := dl.dls[0]; d.Recipient.ID == "long" || !strings.HasPrefix(d.LastError, activities.ReasonInvalidRecipientAddress) {
+		t.Errorf("long address dead-lettered as %q: %s", d.Recipient.ID, d.LastError)
+	}
+}

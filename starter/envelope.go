@@ -30,6 +30,7 @@ const (
 	ReasonUnknownPriority = "unknown_priority"
 	ReasonPayloadTooLarge = "payload_too_large"
 	ReasonInvalidID       = "invalid_id"
+	ReasonInvalidHeaders  = "invalid_headers"
 )
 
 // InvalidError says why a record is not a valid event.
@@ -67,6 +68,14 @@ func clip(s string, n int) string {
 	return s[:i] + "..."
 }
 
+// Bounds of an event's headers (the envelope's, and the trace headers
+// copied from the record: a longer record header is not copied).
+const (
+	MaxHeaders          = 16
+	maxHeaderKeyBytes   = 64
+	MaxHeaderValueBytes = 1024
+)
+
 // traceHeaders are the Kafka record headers copied into the event.
 var traceHeaders = []string{"traceparent", "tracestate", "baggage"}
 
@@ -93,12 +102,24 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 	if env.Priority != "" && !env.Priority.Valid() {
 		return fanout.Event{}, invalid(ReasonUnknownPriority, "priority %q is not one of high, normal, low", clip(string(env.Priority), maxEchoBytes))
 	}
-	if v.MaxPayloadBytes > 0 && len(env.Payload) > v.MaxPayloadBytes {
-		return fanout.Event{}, invalid(ReasonPayloadTooLarge, "payload of %d bytes is over the limit of %d", len(env.Payload), v.MaxPayloadBytes)
+	size := len(env.Payload)
+	if len(env.Headers) > MaxHeaders {
+		return fanout.Event{}, invalid(ReasonInvalidHeaders, "%d headers, over %d", len(env.Headers), MaxHeaders)
+	}
+	for k, val := range env.Headers {
+		if len(k) == 0 || len(k) > maxHeaderKeyBytes || len(val) > MaxHeaderValueBytes {
+			return fanout.Event{}, invalid(ReasonInvalidHeaders, "header %q: keys are 1 to %d bytes, values at most %d", clip(k, maxEchoBytes), maxHeaderKeyBytes, MaxHeaderValueBytes)
+		}
+		size += len(k) + len(val)
+	}
+	// The headers ride with the payload into the workflow (and every batch):
+	// they count against the same limit.
+	if v.MaxPayloadBytes > 0 && size > v.MaxPayloadBytes {
+		return fanout.Event{}, invalid(ReasonPayloadTooLarge, "payload and headers of %d bytes are over the limit of %d", size, v.MaxPayloadBytes)
 	}
 	ev := env
 	for _, h := range m.Headers {
-		if slices.Contains(traceHeaders, strings.ToLower(h.Key)) {
+		if slices.Contains(traceHeaders, strings.ToLower(h.Key)) && len(h.Value) <= MaxHeaderValueBytes {
 			if ev.Headers == nil {
 				ev.Headers = map[string]string{}
 			}

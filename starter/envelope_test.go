@@ -3,6 +3,7 @@ package starter
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +12,14 @@ import (
 
 	"github.com/fanout/fanout"
 )
+
+func manyHeaders(n int) string {
+	hs := make([]string, n)
+	for i := range hs {
+		hs[i] = fmt.Sprintf(`"h%d":"v"`, i)
+	}
+	return strings.Join(hs, ",")
+}
 
 func testValidator() Validator {
 	return Validator{Types: []string{"webhook", "email"}, MaxPayloadBytes: 64}
@@ -59,6 +68,10 @@ func TestParseInvalid(t *testing.T) {
 		{"priority differs in case", `{"id":"a","type":"webhook","priority":"HIGH"}`, ReasonUnknownPriority},
 
 		{"payload over the limit", `{"id":"a","type":"webhook","payload":` + bigPayload + `}`, ReasonPayloadTooLarge},
+		{"headers push payload over the limit", `{"id":"a","type":"webhook","payload":"x","headers":{"k":"` + strings.Repeat("v", 62) + `"}}`, ReasonPayloadTooLarge},
+		{"header value over 1 KiB", `{"id":"a","type":"webhook","headers":{"k":"` + strings.Repeat("v", 1025) + `"}}`, ReasonInvalidHeaders},
+		{"17 headers", `{"id":"a","type":"webhook","headers":{` + manyHeaders(17) + `}}`, ReasonInvalidHeaders},
+		{"empty header key", `{"id":"a","type":"webhook","headers":{"":"v"}}`, ReasonInvalidHeaders},
 	}
 	v := testValidator()
 	for _, c := range cases {
