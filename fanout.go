@@ -151,6 +151,14 @@ type TypeOptions struct {
 	// from Prepare's recorded result, so histories from before this option
 	// replay down the path they took.
 	LocalDeliveryMax int `json:"local_delivery_max,omitempty"`
+	// MaxPages bounds the pages of one event, so a recipients endpoint that
+	// hands out fresh cursors forever cannot keep an event running: the
+	// event fails with too_many_pages after delivering what it found.
+	// Default DefaultMaxPages.
+	MaxPages int `json:"max_pages,omitempty"`
+	// MaxRecipients, when set, fails an event whose audience grows past it
+	// (too_many_recipients), after delivering what it found. 0: no cap.
+	MaxRecipients int64 `json:"max_recipients,omitempty"`
 }
 
 // Defaults for TypeOptions.
@@ -161,6 +169,8 @@ const (
 	DefaultMaxAttempts        = 5
 	DefaultDeliverTimeout     = 5 * time.Minute
 	DefaultLocalDeliveryMax   = 100
+	// DefaultMaxPages is 400,000,000 recipients at the default page size.
+	DefaultMaxPages = 100_000
 )
 
 // WithDefaults returns o with every zero field set to its default.
@@ -186,6 +196,9 @@ func (o TypeOptions) WithDefaults() TypeOptions {
 	if o.DeliverTimeout <= 0 {
 		o.DeliverTimeout = DefaultDeliverTimeout
 	}
+	if o.MaxPages <= 0 {
+		o.MaxPages = DefaultMaxPages
+	}
 	return o
 }
 
@@ -204,6 +217,10 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("DeliverConcurrency: %d is negative", o.DeliverConcurrency)
 	case o.MaxAttempts < 0:
 		return fmt.Errorf("MaxAttempts: %d is negative", o.MaxAttempts)
+	case o.MaxPages < 0:
+		return fmt.Errorf("MaxPages: %d is negative", o.MaxPages)
+	case o.MaxRecipients < 0:
+		return fmt.Errorf("MaxRecipients: %d is negative", o.MaxRecipients)
 	case o.LocalDeliveryMax > MaxBatchSize:
 		return fmt.Errorf("LocalDeliveryMax: %d is over %d", o.LocalDeliveryMax, MaxBatchSize)
 	}

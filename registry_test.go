@@ -57,6 +57,8 @@ func TestRegistryRegisterRejects(t *testing.T) {
 		{"DefaultPriority differs in case", "t", h, TypeOptions{DefaultPriority: "High"}, []string{"DefaultPriority"}},
 		{"DeliverConcurrency negative", "t", h, TypeOptions{DeliverConcurrency: -1}, []string{"DeliverConcurrency"}},
 		{"MaxAttempts negative", "t", h, TypeOptions{MaxAttempts: -1}, []string{"MaxAttempts"}},
+		{"MaxPages negative", "t", h, TypeOptions{MaxPages: -1}, []string{"MaxPages"}},
+		{"MaxRecipients negative", "t", h, TypeOptions{MaxRecipients: -1}, []string{"MaxRecipients"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,6 +111,8 @@ func TestRegistryLookup(t *testing.T) {
 		DeliverConcurrency: 3,
 		MaxAttempts:        2,
 		DeliverTimeout:     time.Minute,
+		MaxPages:           40,
+		MaxRecipients:      1_000_000,
 	}
 	r.MustRegister("defaults", registryTestHandler{"defaults"}, TypeOptions{})
 	r.MustRegister("custom", registryTestHandler{"custom"}, custom)
@@ -127,6 +131,7 @@ func TestRegistryLookup(t *testing.T) {
 			DeliverConcurrency: DefaultDeliverConcurrency,
 			MaxAttempts:        DefaultMaxAttempts,
 			DeliverTimeout:     DefaultDeliverTimeout,
+			MaxPages:           DefaultMaxPages,
 		}},
 		{"custom", true, custom},
 		// PageSize defaults to 4 batches of the type's own BatchSize.
@@ -138,6 +143,7 @@ func TestRegistryLookup(t *testing.T) {
 			DeliverConcurrency: DefaultDeliverConcurrency,
 			MaxAttempts:        DefaultMaxAttempts,
 			DeliverTimeout:     DefaultDeliverTimeout,
+			MaxPages:           DefaultMaxPages,
 		}},
 		{"missing", false, TypeOptions{}},
 	}

@@ -178,6 +178,10 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 	ctx, in := r.ctx, r.in
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
+		// get_recipients may be slow or flaky: keep trying, but not
+		// forever; an endpoint down for a day fails the event with the
+		// activity's last error.
+		ScheduleToCloseTimeout: 24 * time.Hour,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    time.Second,
 			BackoffCoefficient: 2,
@@ -270,6 +274,12 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		r.st.Cursor = page.NextCursor
 		r.prog.Cursor = page.NextCursor
 		r.prog.PagingDone = page.NextCursor == ""
+		if err := r.audienceBound(); err != nil {
+			// What was found is delivered; the event then fails with the
+			// reason, visible in the UI.
+			r.drain(0)
+			return r.finish(err)
+		}
 		r.maybeUpsertCounts()
 		if !r.prog.PagingDone && continueAsNewDue(ctx, in.MaxHistoryLength) {
 			// Children close with this run (parent-close policy), so let the
@@ -294,6 +304,24 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		return r.finish(temporal.NewCanceledError())
 	}
 	return r.finish(nil)
+}
+
+// audienceBound is the error of an event whose paging must stop: more pages
+// than MaxPages (an endpoint handing out cursors forever) or more recipients
+// than MaxRecipients.
+func (r *fanoutRun) audienceBound() error {
+	opts, p := r.st.Options, r.prog
+	switch {
+	case p.PagingDone:
+		return nil
+	case p.Pages >= opts.MaxPages:
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("too_many_pages: paging stopped after %d pages (MaxPages); %d recipients found were delivered", p.Pages, p.Found), "TooManyPages", nil)
+	case opts.MaxRecipients > 0 && p.Found > opts.MaxRecipients:
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("too_many_recipients: paging stopped at %d recipients, over MaxRecipients %d", p.Found, opts.MaxRecipients), "TooManyRecipients", nil)
+	}
+	return nil
 }
 
 // beforeBatch waits for room in the window, for a resume and for the rate

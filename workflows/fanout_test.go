@@ -768,3 +768,39 @@ func TestFanoutLocalDelivery(t *testing.T) {
 		})
 	}
 }
+
+// TestFanoutAudienceBounds: a recipients endpoint that keeps handing out
+// cursors cannot keep an event running: paging stops at MaxPages (or past
+// MaxRecipients), what was found is delivered, and the event fails with the
+// reason.
+func TestFanoutAudienceBounds(t *testing.T) {
+	cases := []struct {
+		name          string
+		opts          fanout.TypeOptions
+		reason        string
+		wantDelivered int64
+	}{
+		{"endless cursors stop at MaxPages", fanout.TypeOptions{BatchSize: 500, PageSize: 1000, MaxPages: 3}, "too_many_pages", 3000},
+		{"audience past MaxRecipients", fanout.TypeOptions{BatchSize: 500, PageSize: 1000, MaxRecipients: 1500}, "too_many_recipients", 2000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fx := fixture{Event: testEvent("ev-bound"), Audience: 1_000_000, Options: c.opts}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			var prog Progress
+			env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event})
+			err := env.GetWorkflowError()
+			if err == nil || !strings.Contains(err.Error(), c.reason) {
+				t.Fatalf("workflow error %v, want %s", err, c.reason)
+			}
+			v, qerr := env.QueryWorkflow(vocab.ProgressQuery)
+			if qerr != nil || v.Get(&prog) != nil {
+				t.Fatalf("progress query: %v", qerr)
+			}
+			if prog.Delivered != c.wantDelivered || prog.Found != c.wantDelivered {
+				t.Errorf("found %d, delivered %d; want %d each", prog.Found, prog.Delivered, c.wantDelivered)
+			}
+		})
+	}
+}
