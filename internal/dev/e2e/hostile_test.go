@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,9 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/internal/kafkatopic"
+	"github.com/fanout/fanout/starter"
+	"github.com/segmentio/kafka-go"
 )
 
 // countingServer is a loopback HTTP server on addr that counts its requests
@@ -97,5 +102,51 @@ func TestHostileRecipientAddresses(t *testing.T) {
 	}
 	if n := internal.hits.Load(); n != 0 {
 		t.Errorf("the internal service got %d requests", n)
+	}
+}
+
+// The poison record of issue 10, with Debian's kcat: a 600 KB record whose
+// unknown type the error used to echo whole, so its dead letter was over
+// Kafka's 1 MiB and the partition stopped committing. Now its dead letter is
+// cut (and says so), and a valid event behind it on the same key is started.
+func TestHostilePoisonRecord(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatal("kcat not found: install Debian's kcat (apt-get install -y kcat); .ci/run does")
+	}
+	key := "poison-" + runID
+	poison := `{"id":"` + key + `","type":"` + strings.Repeat("t", 600_000) + `"}`
+	good := "poison-next-" + runID
+	for _, value := range []string{poison, string(stack.Event{ID: good, Audience: 10}.Record().Value)} {
+		cmd := exec.Command(kcat, "-P", "-b", st.KafkaAddr, "-t", eventsTopic, "-k", key)
+		cmd.Stdin = strings.NewReader(value + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kcat: %v: %s", err, out)
+		}
+	}
+	if res := st.waitResult(t, good, time.Minute); res.Delivered != 10 {
+		t.Fatalf("the event behind the poison record delivered %d, want 10", res.Delivered)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var found kafka.Message
+	err = kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, starter.DefaultEventsDLQTopic, func(m kafka.Message) error {
+		if string(m.Key) == key {
+			found = m
+			return kafkatopic.ErrStop
+		}
+		return nil
+	})
+	if err != nil || found.Key == nil {
+		t.Fatalf("the poison record's dead letter: %v (found %v)", err, found.Key != nil)
+	}
+	h := map[string]string{}
+	for _, x := range found.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if h[starter.HeaderReason] != starter.ReasonUnknownType || h[starter.HeaderTruncated] != strconv.Itoa(len(poison)) ||
+		len(found.Value) > 600_000 || len(h[starter.HeaderError]) > 2048 || h[starter.HeaderSourceOffset] == "" {
+		t.Errorf("dead letter: reason %q, truncated %q, value %d bytes, error %d bytes, offset %q",
+			h[starter.HeaderReason], h[starter.HeaderTruncated], len(found.Value), len(h[starter.HeaderError]), h[starter.HeaderSourceOffset])
 	}
 }
