@@ -190,6 +190,10 @@ func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in Deliver
 			return rs, nil
 		}
 	}
+	if h == nil {
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("batch %d: the staged copy is gone and type %q has no handler here to page again", ref.N, in.Event.Type), "BatchGone", nil)
+	}
 	p, err := h.GetRecipients(ctx, in.Event, ref.PageCursor, ref.PageLimit)
 	if err != nil {
 		return nil, nonRetryableIfPermanent(err)
@@ -380,9 +384,10 @@ func screen(rs []fanout.Recipient) (cands []fanout.Recipient, invalid map[string
 			why = fmt.Sprintf("%s: address of %d bytes is over %d", ReasonInvalidRecipientAddress, len(r.Address), fanout.MaxAddressLen)
 		}
 		if why != "" {
-			// A stand-in id: the id may be unusable in keys, or the
-			// address would make a dead letter too large.
-			sum := sha256.Sum256([]byte(r.ID + "\x00" + r.Address))
+			// A stand-in id, the same for every listing of this id: the id
+			// may be unusable in keys, or the address would make a dead
+			// letter too large.
+			sum := sha256.Sum256([]byte(r.ID))
 			standIn := "invalid-" + hex.EncodeToString(sum[:16])
 			if invalid == nil {
 				invalid = map[string]string{}
@@ -596,19 +601,8 @@ func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []
 	if len(fs) == 0 {
 		return nil
 	}
-	if a.DeadLetters != nil {
-		now := time.Now().UTC()
-		dls := make([]DeadLetter, len(fs))
-		for i, f := range fs {
-			dls[i] = DeadLetter{
-				EventID: in.Event.ID, EventType: in.Event.Type, Priority: in.Priority, AttemptID: in.AttemptID,
-				Recipient: f.Recipient, Attempts: f.Attempts, Permanent: f.Permanent, LastError: f.Error,
-				Time: now, Event: deadLetterEvent(in.Event), Message: in.Message,
-			}
-		}
-		if err := a.DeadLetters.Publish(ctx, dls); err != nil {
-			return err
-		}
+	if err := a.publishDeadLetters(ctx, in, fs); err != nil {
+		return err
 	}
 	if a.dedup() {
 		ids := make([]string, len(fs))
@@ -618,6 +612,65 @@ func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []
 		return a.Gate.MarkDeadLettered(ctx, eventKey(in.Event), in.AttemptID, ids...)
 	}
 	return nil
+}
+
+// DeadLetterBatchInput names a batch that ended in error, and why.
+type DeadLetterBatchInput struct {
+	Batch  DeliverBatchInput
+	Reason string
+}
+
+// DeadLetterBatch writes every recipient of a batch that ended in error
+// (its child failed to start, was terminated or timed out, or its activity
+// failed for good) to the deliveries DLQ with the reason, so that no
+// recipient is only counted: a redrive presents the batch's attempt id to
+// the gate, so what the batch delivered before it failed is skipped. It does
+// not touch the gate's marks. It returns how many it dead-lettered (0
+// without a DLQ).
+func (a *Activities) DeadLetterBatch(ctx context.Context, in DeadLetterBatchInput) (int, error) {
+	if a.DeadLetters == nil {
+		return 0, nil
+	}
+	b := in.Batch
+	if b.Ref != nil {
+		// The batch's type may be what failed it: fetch the page again only
+		// if its handler is there.
+		h, _, _ := a.Registry.Lookup(b.Event.Type)
+		var err error
+		if b.Recipients, err = a.loadBatch(ctx, h, b); err != nil {
+			return 0, err
+		}
+	}
+	recips, invalid, _ := screen(b.Recipients)
+	fs := make([]Failure, len(recips))
+	for i, r := range recips {
+		fs[i] = Failure{Recipient: r, Error: clip("batch_failed: "+in.Reason, 1024)}
+		if why, bad := invalid[r.ID]; bad {
+			fs[i].Permanent, fs[i].Error = true, why
+		}
+	}
+	if err := a.publishDeadLetters(ctx, b, fs); err != nil {
+		return 0, err
+	}
+	return len(fs), nil
+}
+
+// publishDeadLetters writes the failures of batch in to the deliveries DLQ
+// (nothing without one).
+func (a *Activities) publishDeadLetters(ctx context.Context, in DeliverBatchInput, fs []Failure) error {
+	if a.DeadLetters == nil || len(fs) == 0 {
+		return nil
+	}
+	now := time.Now().UTC()
+	dls := make([]DeadLetter, len(fs))
+	for i, f := range fs {
+		dls[i] = DeadLetter{
+			EventID: in.Event.ID, EventType: in.Event.Type, Priority: in.Priority, AttemptID: in.AttemptID,
+			Recipient: f.Recipient, Attempts: f.Attempts, Permanent: f.Permanent, LastError: f.Error,
+			Time: now, Event: deadLetterEvent(in.Event), Message: in.Message,
+		}
+	}
+	return a.DeadLetters.Publish(ctx, dls)
 }
 
 // deadLetterEvent is the event as a dead letter keeps it: without the

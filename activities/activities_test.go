@@ -227,3 +227,40 @@ func TestDeadLettersStayBounded(t *testing.T) {
 		t.Errorf("long address dead-lettered as %q: %s", d.Recipient.ID, d.LastError)
 	}
 }
+
+// TestDeadLetterBatch: the recipients of a batch that ended in error all go
+// to the deliveries DLQ with the batch's attempt id and the reason (an
+// invalid id under its stand-in), so a redrive can reach them.
+func TestDeadLetterBatch(t *testing.T) {
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", &audience{}, fanout.TypeOptions{})
+	dl := &dlqRecorder{}
+	acts := &activities.Activities{Registry: reg, DeadLetters: dl}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	batch := activities.DeliverBatchInput{Event: fanout.Event{ID: "e", Type: "t"}, AttemptID: "t/e#3",
+		Recipients: []fanout.Recipient{{ID: "r1"}, {ID: "r2"}, {ID: "bad/id"}}}
+	v, err := env.ExecuteActivity(acts.DeadLetterBatch, activities.DeadLetterBatchInput{Batch: batch, Reason: "child terminated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := v.Get(&n); err != nil || n != 3 || len(dl.dls) != 3 {
+		t.Fatalf("dead-lettered %d (%v), %d records; want 3", n, err, len(dl.dls))
+	}
+	for _, d := range dl.dls {
+		if d.AttemptID != "t/e#3" || (!strings.Contains(d.LastError, "batch_failed: child terminated") && !strings.HasPrefix(d.LastError, activities.ReasonInvalidRecipientID)) {
+			t.Errorf("dead letter %+v", d)
+		}
+	}
+	// A staged batch of a type this worker does not know, whose staged copy
+	// is gone: a clear, final error, not a crash.
+	ref := &activities.BatchRef{N: 1, Key: "gone", Count: 5}
+	_, err = env.ExecuteActivity(acts.DeadLetterBatch, activities.DeadLetterBatchInput{
+		Batch: activities.DeliverBatchInput{Event: fanout.Event{ID: "e", Type: "unknown"}, AttemptID: "unknown/e#1", Ref: ref}, Reason: "x"})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || !ae.NonRetryable() {
+		t.Errorf("staged batch without handler or staging: %v, want a non-retryable error", err)
+	}
+}

@@ -343,8 +343,9 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	})
+	bin := r.batchInput(n, recips, ref)
 	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
-		DeliverBatchInput: r.batchInput(n, recips, ref),
+		DeliverBatchInput: bin,
 		BatchNo:           n,
 		Timeout:           opts.DeliverTimeout,
 	})
@@ -363,8 +364,48 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		var res DeliveryBatchResult
 		err := f.Get(ctx, &res)
 		r.account(res, err, size)
+		if dl := r.deadLetterFailed(bin, err); dl != nil {
+			// The dead-lettering holds the batch's place until it is done.
+			r.pending++
+			r.sel.AddFuture(dl, func(f workflow.Future) {
+				r.pending--
+				r.countDeadLettered(f)
+			})
+		}
 		r.setDetails()
 	})
+}
+
+// deadLetterFailed sends the recipients of a batch that ended in error (a
+// failed start, a termination, a timeout, a non-retryable error) to the
+// deliveries DLQ with the error, so that a redrive can reach them: it
+// presents the batch's attempt id, so what the batch delivered before it
+// failed is skipped. It returns nil for a batch that did not fail, a
+// canceled one, and in histories from before this step.
+func (r *fanoutRun) deadLetterFailed(in activities.DeliverBatchInput, err error) workflow.Future {
+	var canceled *temporal.CanceledError
+	if err == nil || errors.As(err, &canceled) || r.ctx.Err() != nil {
+		return nil
+	}
+	if workflow.GetVersion(r.ctx, "dead-letter-failed-batches", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	actx := workflow.WithActivityOptions(r.ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    time.Minute,
+		ScheduleToCloseTimeout: 24 * time.Hour, // Kafka may be down a while
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
+	})
+	return workflow.ExecuteActivity(actx, a.DeadLetterBatch, activities.DeadLetterBatchInput{Batch: in, Reason: err.Error()})
+}
+
+// countDeadLettered adds what DeadLetterBatch dead-lettered to the progress.
+func (r *fanoutRun) countDeadLettered(f workflow.Future) {
+	var n int
+	if err := f.Get(r.ctx, &n); err != nil {
+		r.prog.LastBatchError = "dead-lettering a failed batch: " + err.Error()
+		return
+	}
+	r.prog.DeadLettered += int64(n)
 }
 
 // batchInput is the DeliverBatchInput of batch n: recips inline, or the
@@ -536,6 +577,9 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		}
 		r.prog.PendingBatches, r.prog.BatchesCompleted, r.pending = 0, 1, 0
 		r.account(res, err, int64(len(recips)))
+		if dl := r.deadLetterFailed(in, err); dl != nil {
+			r.countDeadLettered(dl)
+		}
 		if ctx.Err() != nil {
 			return r.finish(temporal.NewCanceledError())
 		}

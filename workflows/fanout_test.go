@@ -82,6 +82,8 @@ type recorder struct {
 	inflight    int      // DeliverBatch calls in progress
 	maxInflight int
 	delivers    []deliverCall
+	// deadLettered: DeadLetterBatch calls, attempt id -> reason.
+	deadLettered map[string]string
 
 	childIDs    []string
 	childQueues map[string]bool
@@ -232,6 +234,20 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 				}
 			}
 			return res, nil
+		})
+
+	env.OnActivity(a.DeadLetterBatch, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.DeadLetterBatchInput) (int, error) {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if rec.deadLettered == nil {
+				rec.deadLettered = map[string]string{}
+			}
+			rec.deadLettered[in.Batch.AttemptID] = in.Reason
+			if in.Batch.Ref != nil {
+				return in.Batch.Ref.Count, nil
+			}
+			return len(in.Batch.Recipients), nil
 		})
 
 	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
@@ -623,9 +639,14 @@ func TestFanoutFailedBatch(t *testing.T) {
 		t.Errorf("LastBatchError %q, want the batch's error", p.LastBatchError)
 	}
 	p.LastBatchError = ""
-	want := Progress{Found: 500, Delivered: 400, Failed: 100, BatchesStarted: 5, BatchesCompleted: 5, Pages: 3, Runs: 1, PagingDone: true, BatchErrors: 1}
+	// Its recipients are dead-lettered with the error, so a redrive can
+	// reach them: none is only counted.
+	want := Progress{Found: 500, Delivered: 400, Failed: 100, DeadLettered: 100, BatchesStarted: 5, BatchesCompleted: 5, Pages: 3, Runs: 1, PagingDone: true, BatchErrors: 1}
 	if p != want {
 		t.Errorf("progress %+v\nwant     %+v", p, want)
+	}
+	if len(rec.deadLettered) != 1 || !strings.Contains(rec.deadLettered[bad], "no handler") {
+		t.Errorf("dead-lettered batches %v, want only %s with its error", rec.deadLettered, bad)
 	}
 	if rec.status != vocab.StatusCompletedWithFailures {
 		t.Errorf("status %q, want %q", rec.status, vocab.StatusCompletedWithFailures)

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,9 +17,12 @@ import (
 	"time"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/dev/stack"
 	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers/webhook"
+	"github.com/fanout/fanout/workflows/vocab"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -148,5 +152,53 @@ func TestHostilePoisonRecord(t *testing.T) {
 		len(found.Value) > 600_000 || len(h[starter.HeaderError]) > 2048 || h[starter.HeaderSourceOffset] == "" {
 		t.Errorf("dead letter: reason %q, truncated %q, value %d bytes, error %d bytes, offset %q",
 			h[starter.HeaderReason], h[starter.HeaderTruncated], len(found.Value), len(h[starter.HeaderError]), h[starter.HeaderSourceOffset])
+	}
+}
+
+// A batch that ends in error is not only counted: terminate one DeliveryBatch
+// child of a running event with the temporal CLI, and its recipients land in
+// the deliveries DLQ (batch_failed, with the batch's attempt id); a redrive
+// then reaches every one of them, skipping what the batch had delivered
+// before it was stopped.
+func TestTerminatedBatchIsDeadLettered(t *testing.T) {
+	id := "bt-dlq-" + runID
+	wid := vocab.WorkflowID(webhook.EventType, id)
+	sink := newOwnSink(t, 2*time.Second) // batch 0 runs for seconds
+	startEvents(t, sink, 1000, 0, id)
+	running := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND WorkflowId STARTS_WITH '%s/batch/'", vocab.DeliveryBatchWorkflow, wid)
+	eventually(t, 30*time.Second, "no batch of the event is running", func() bool { return cliCount(t, running) > 0 })
+	bwid := vocab.BatchWorkflowID(wid, 0)
+	temporalCLI(t, "workflow", "terminate", "--workflow-id", bwid, "--reason", "batch termination test")
+	sink.setDelay(0)
+	res := st.waitResult(t, id, 2*time.Minute)
+	batch := int64(stackOptions.BatchSize)
+	if res.BatchErrors != 1 || res.Failed < batch || res.DeadLettered < batch || res.Delivered+res.Failed != 1000 {
+		t.Fatalf("progress %+v; want batch 0 failed and its %d recipients dead-lettered", res.Progress, batch)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := 0
+	err := kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, activities.DefaultDeliveriesDLQTopic, func(m kafka.Message) error {
+		var d activities.DeadLetter
+		if json.Unmarshal(m.Value, &d) == nil && d.EventID == id {
+			n++
+			if d.AttemptID != vocab.AttemptID(webhook.EventType, id, 0) || !strings.Contains(d.LastError, "batch_failed") {
+				t.Errorf("dead letter %s: attempt %s, error %q", d.Recipient.ID, d.AttemptID, d.LastError)
+			}
+		}
+		return nil
+	})
+	if err != nil || n != int(batch) {
+		t.Fatalf("%d dead letters of the event in the DLQ (%v), want %d", n, err, batch)
+	}
+	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Brokers: []string{st.KafkaAddr}, Topic: activities.DefaultDeliveriesDLQTopic,
+		Filter: starter.RedriveFilter{EventID: id}, Round: "bt-" + runID, Wait: true})
+	if err != nil || rr.Matched != int(batch) || rr.Delivered+rr.Skipped != int(batch) || rr.Failed != 0 {
+		t.Fatalf("redrive: %+v %v; want all %d delivered or skipped", rr, err, batch)
+	}
+	// Only deliveries in flight when the batch was stopped may be repeated.
+	if s := sink.Event(id); s.Unique != 1000 || s.Duplicated > fanout.DefaultDeliverConcurrency {
+		t.Errorf("after the redrive the sink has %d of 1000 recipients, %d duplicated", s.Unique, s.Duplicated)
 	}
 }
