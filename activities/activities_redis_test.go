@@ -117,6 +117,21 @@ func TestStagedBatchesAreDeliveredAndRefetchedWhenLost(t *testing.T) {
 	}
 }
 
+// deliverBatch runs DeliverBatch and returns its result, failing the test on
+// an error.
+func deliverBatch(t *testing.T, env *testsuite.TestActivityEnvironment, acts *activities.Activities, in activities.DeliverBatchInput) activities.DeliverBatchResult {
+	t.Helper()
+	v, err := env.ExecuteActivity(acts.DeliverBatch, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res activities.DeliverBatchResult
+	if err := v.Get(&res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 func TestGateSkipsWhatWasDeliveredAndDuplicates(t *testing.T) {
 	h := &audience{}
 	env, acts, _ := setup(t, h)
@@ -124,15 +139,7 @@ func TestGateSkipsWhatWasDeliveredAndDuplicates(t *testing.T) {
 	rs := []fanout.Recipient{{ID: "a"}, {ID: "b"}, {ID: "c"}}
 	run := func(attempt string, recips []fanout.Recipient) activities.DeliverBatchResult {
 		t.Helper()
-		v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{Event: ev, AttemptID: attempt, Recipients: recips, MaxAttempts: 3, Concurrency: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res activities.DeliverBatchResult
-		if err := v.Get(&res); err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return deliverBatch(t, env, acts, activities.DeliverBatchInput{Event: ev, AttemptID: attempt, Recipients: recips, MaxAttempts: 3, Concurrency: 2})
 	}
 	if r := run("e#0", rs); r.Delivered != 3 {
 		t.Fatalf("first run: %+v", r)
@@ -217,15 +224,7 @@ func TestBatchScreensRepeatedAndInvalidRecipientIDs(t *testing.T) {
 	rs = append(rs, fanout.Recipient{ID: bad[0]}) // an invalid id repeated
 	run := func() activities.DeliverBatchResult {
 		t.Helper()
-		v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{Event: ev, AttemptID: "s#0", Recipients: rs, MaxAttempts: 3, Concurrency: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res activities.DeliverBatchResult
-		if err := v.Get(&res); err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return deliverBatch(t, env, acts, activities.DeliverBatchInput{Event: ev, AttemptID: "s#0", Recipients: rs, MaxAttempts: 3, Concurrency: 4})
 	}
 	res := run()
 	if res.Delivered != 2 || res.Duplicates != 2 || res.Failed != len(bad) || res.DeadLettered != len(bad) {

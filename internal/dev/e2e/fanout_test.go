@@ -156,6 +156,10 @@ func TestBadRecordsGoToTheDLQ(t *testing.T) {
 		{starter.ReasonUnknownType, `{"id": "c-badtype-` + runID + `", "type": "carrier-pigeon"}`},
 		{starter.ReasonUnknownPriority, `{"id": "c-badprio-` + runID + `", "type": "webhook", "priority": "urgent"}`},
 		{starter.ReasonPayloadTooLarge, `{"id": "c-big-` + runID + `", "type": "webhook", "payload": {"x": "` + strings.Repeat("x", 5000) + `"}}`},
+		// Issue 10: an id equal to another event's batch id, and headers
+		// past their bounds.
+		{starter.ReasonInvalidID, `{"id": "v2/batch/3", "type": "webhook"}`},
+		{starter.ReasonInvalidHeaders, `{"id": "c-hdr-` + runID + `", "type": "webhook", "headers": {"k": "` + strings.Repeat("v", 2000) + `"}}`},
 	}
 	var msgs []kafka.Message
 	for i, b := range bad {

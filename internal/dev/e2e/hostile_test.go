@@ -202,3 +202,30 @@ func TestTerminatedBatchIsDeadLettered(t *testing.T) {
 		t.Errorf("after the redrive the sink has %d of 1000 recipients, %d duplicated", s.Unique, s.Duplicated)
 	}
 }
+
+// A recipients endpoint that answers with a page over the 8 MiB bound (one
+// recipient with a 9 MiB address): the page is not read whole, the event
+// fails with page_too_large, and the activity is not retried.
+func TestHostileHugePage(t *testing.T) {
+	endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://127.0.0.1:1/`))
+		chunk := []byte(strings.Repeat("a", 1<<20))
+		for range 9 {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+		w.Write([]byte(`"}]}`))
+	})
+	id := "hostile-page-" + runID
+	st.publish(t, stack.Event{ID: id, RecipientsURL: endpoint.URL + "/recipients"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := st.Wait(ctx, id)
+	if err == nil || !strings.Contains(err.Error(), "page_too_large") {
+		t.Fatalf("event with a 9 MiB page: %v, want it failed with page_too_large", err)
+	}
+	if n := endpoint.hits.Load(); n != 1 {
+		t.Errorf("the endpoint was asked %d times, want once (a page too large is not retried)", n)
+	}
+}
