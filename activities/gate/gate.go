@@ -177,11 +177,20 @@ func (g *Gate) Holder(ctx context.Context, eventKey, recipientID string) (attemp
 	if err != nil {
 		return "", false, false, err
 	}
+	attemptID, delivered, _ = ParseValue(v)
+	return attemptID, delivered, true, nil
+}
+
+// ParseValue reads a gate key's value: the attempt id that holds it, and
+// whether that attempt delivered or dead-lettered the recipient. A value
+// that is neither is held by an attempt that has not finished with it (a
+// delivery in flight, or one a crash interrupted).
+func ParseValue(v string) (attemptID string, delivered, deadLettered bool) {
 	if rest, found := strings.CutPrefix(v, deliveredPrefix); found {
-		return rest, true, true, nil
+		return rest, true, false
 	}
 	if rest, found := strings.CutPrefix(v, deadLetteredPrefix); found {
-		return rest, false, true, nil
+		return rest, false, true
 	}
-	return v, false, true, nil
+	return v, false, false
 }

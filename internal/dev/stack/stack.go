@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -497,8 +496,10 @@ func (s *Stack) HeldNotDelivered(ctx context.Context, eventID string) (int, erro
 			return err
 		}
 		for _, v := range vals {
-			if str, ok := v.(string); ok && len(str) > 0 && !strings.HasPrefix(str, "delivered:") && !strings.HasPrefix(str, "dead:") {
-				n++
+			if str, ok := v.(string); ok && str != "" {
+				if _, delivered, dead := gate.ParseValue(str); !delivered && !dead {
+					n++
+				}
 			}
 		}
 		keys = keys[:0]
