@@ -3,7 +3,9 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -31,6 +33,20 @@ type DeadLetter struct {
 	Time      time.Time        `json:"time"`
 	Event     fanout.Event     `json:"event"`
 	Message   fanout.Message   `json:"message"`
+	// MessageOmitted, when not zero, is the size of the message this dead
+	// letter was written without: the DLQ topic refused the whole letter
+	// (its max.message.bytes is below fanout.MaxMessageBytes). A redrive
+	// takes the message from another dead letter of the same batch.
+	MessageOmitted int `json:"message_omitted,omitempty"`
+}
+
+// withoutMessage is d as written when the DLQ topic refused it whole: no
+// message and no event headers, a few KiB at most.
+func (d DeadLetter) withoutMessage() DeadLetter {
+	d.MessageOmitted = max(len(d.Message.Body)+len(d.Message.ContentType), 1)
+	d.Message = fanout.Message{}
+	d.Event.Headers = nil
+	return d
 }
 
 // DeadLetterPublisher publishes dead letters (the deliveries DLQ topic).
@@ -41,12 +57,12 @@ type DeadLetterPublisher interface {
 // DeadLetterWriter is the stock DeadLetterPublisher: it writes to the
 // deliveries DLQ topic, keyed by event id.
 type DeadLetterWriter struct {
-	w *kafka.Writer
+	w, single *kafka.Writer
 }
 
 // NewDeadLetterWriter writes to topic on brokers.
 func NewDeadLetterWriter(brokers []string, topic string) *DeadLetterWriter {
-	return &DeadLetterWriter{w: kafkatopic.NewWriter(brokers, topic)}
+	return &DeadLetterWriter{w: kafkatopic.NewWriter(brokers, topic), single: kafkatopic.NewSingleWriter(brokers, topic)}
 }
 
 // Publish writes the dead letters, keyed by event id, and returns once the
@@ -57,20 +73,51 @@ func (w *DeadLetterWriter) Publish(ctx context.Context, dls []DeadLetter) error 
 	}
 	msgs := make([]kafka.Message, len(dls))
 	for i, d := range dls {
-		v, err := json.Marshal(d)
+		m, err := deadLetterRecord(d)
 		if err != nil {
 			return err
 		}
-		msgs[i] = kafka.Message{Key: []byte(d.EventID), Value: v, Headers: []kafka.Header{
-			{Key: "fanout-event-id", Value: []byte(d.EventID)},
-			{Key: "fanout-event-type", Value: []byte(d.EventType)},
-		}}
+		msgs[i] = m
 	}
-	if err := w.w.WriteMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("deliveries DLQ: %w", err)
+	err := w.w.WriteMessages(ctx, msgs...)
+	failed, refused := kafkatopic.Refused(err, len(msgs))
+	if len(refused) == 0 {
+		if err != nil {
+			return fmt.Errorf("deliveries DLQ: %w", err)
+		}
+		return nil
+	}
+	// The topic refused some letters whole (too large for it): write every
+	// letter not written again, the refused ones without their message,
+	// each in a batch of its own. A retry of the activity would only be
+	// refused again.
+	again := make([]kafka.Message, 0, len(failed))
+	for _, i := range failed {
+		m := msgs[i]
+		if slices.Contains(refused, i) {
+			if m, err = deadLetterRecord(dls[i].withoutMessage()); err != nil {
+				return err
+			}
+		}
+		again = append(again, m)
+	}
+	if err := w.single.WriteMessages(ctx, again...); err != nil {
+		return fmt.Errorf("deliveries DLQ, %d letters without their message: %w", len(refused), err)
 	}
 	return nil
 }
 
-// Close flushes and closes the writer.
-func (w *DeadLetterWriter) Close() error { return w.w.Close() }
+// deadLetterRecord is d's record: JSON, keyed by event id.
+func deadLetterRecord(d DeadLetter) (kafka.Message, error) {
+	v, err := json.Marshal(d)
+	if err != nil {
+		return kafka.Message{}, err
+	}
+	return kafka.Message{Key: []byte(d.EventID), Value: v, Headers: []kafka.Header{
+		{Key: "fanout-event-id", Value: []byte(d.EventID)},
+		{Key: "fanout-event-type", Value: []byte(d.EventType)},
+	}}, nil
+}
+
+// Close flushes and closes the writers.
+func (w *DeadLetterWriter) Close() error { return errors.Join(w.w.Close(), w.single.Close()) }

@@ -215,6 +215,12 @@ func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
 			err = b.deadLetter(work, m, perr)
 		} else {
 			err = b.start(work, ev)
+			if startRejected(err) {
+				// No retry starts it: dead-letter it and go on.
+				b.log.Error("Temporal refused the event's workflow start", "event", ev.ID, "type", ev.Type, "err", err)
+				perr = invalid(ReasonStartRejected, "%v", err)
+				err = b.deadLetter(work, m, perr)
+			}
 		}
 		if err == nil {
 			break
@@ -330,7 +336,16 @@ func (b *Bridge) deadLetter(ctx context.Context, m kafka.Message, perr error) er
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := b.dlq.WriteMessages(wctx, DeadLetterRecord(m, reason, perr.Error(), time.Now())); err != nil {
+	err := b.dlq.WriteMessages(wctx, DeadLetterRecord(m, reason, perr.Error(), time.Now()))
+	if _, refused := kafkatopic.Refused(err, 1); len(refused) > 0 {
+		// The DLQ topic refused even the bounded record (its
+		// max.message.bytes is lower than fanout's bounds): write the
+		// reason and the source position alone, or the partition would
+		// stop here.
+		b.log.Error("the events DLQ topic refused a dead letter; writing it without the record's value and headers", "err", err)
+		err = b.dlq.WriteMessages(wctx, headersOnlyRecord(m, reason, perr.Error(), time.Now()))
+	}
+	if err != nil {
 		return fmt.Errorf("write dead letter: %w", err)
 	}
 	b.Stats.DeadLettered.Add(1)
@@ -348,6 +363,25 @@ const (
 	maxDLQHeaderBytes = 64 << 10 // the original headers kept, keys and values
 	maxDLQErrorBytes  = 1 << 10
 )
+
+// headersOnlyRecord is the smallest dead letter of m (well under 2 KiB): the
+// reason, the error's start, the source position and m's size, without m's
+// value and headers.
+func headersOnlyRecord(m kafka.Message, reason, errText string, now time.Time) kafka.Message {
+	d := DeadLetterRecord(kafka.Message{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key[:min(len(m.Key), 256)]},
+		clip(reason, 64), clip(errText, 256), now)
+	d.Headers = append(d.Headers, kafka.Header{Key: HeaderTruncated, Value: []byte(strconv.Itoa(len(m.Value)))})
+	return d
+}
+
+// startRejected reports whether Temporal refused a start for good: an
+// InvalidArgument is about the request itself, so asking again gets the
+// same answer. Other errors (unavailable, permission, namespace) are about
+// the cluster or the configuration and are retried until fixed.
+func startRejected(err error) bool {
+	var ia *serviceerror.InvalidArgument
+	return errors.As(err, &ia)
+}
 
 // DeadLetterRecord is the events-DLQ record of a bad record m: its key,
 // value and headers with the reason, the error and the source position

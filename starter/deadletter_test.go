@@ -1,7 +1,9 @@
 package starter
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/segmentio/kafka-go"
+	"go.temporal.io/api/serviceerror"
 )
 
 // header returns the value of the last header named key.
@@ -136,4 +139,50 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse accepted %+v", ev)
 		}
 	})
+}
+
+// TestHeadersOnlyRecord: the fallback dead letter, for a DLQ topic that
+// refused the bounded one, is small whatever the bad record held, and still
+// says why and where the record is.
+func TestHeadersOnlyRecord(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	many := make([]kafka.Header, 50)
+	for i := range many {
+		many[i] = kafka.Header{Key: "h" + strconv.Itoa(i), Value: []byte(strings.Repeat("v", 4096))}
+	}
+	m := kafka.Message{Topic: "events", Partition: 3, Offset: 77, Key: []byte(strings.Repeat("k", 5000)),
+		Value: []byte(strings.Repeat("x", 900_000)), Headers: many}
+	d := headersOnlyRecord(m, strings.Repeat("r", 1000), strings.Repeat("e", 100_000), now)
+	if n := recordSize(d); n > 2048 || len(d.Value) != 0 {
+		t.Fatalf("headers-only record of %d bytes (value %d)", n, len(d.Value))
+	}
+	for key, want := range map[string]string{HeaderTruncated: "900000", HeaderSourceTopic: "events", HeaderSourcePartition: "3", HeaderSourceOffset: "77"} {
+		if v, _ := header(d, key); v != want {
+			t.Errorf("%s = %q, want %q", key, v, want)
+		}
+	}
+	if v, _ := header(d, HeaderReason); !strings.HasPrefix(v, "rrr") {
+		t.Errorf("reason %q", v)
+	}
+}
+
+// TestStartRejected: only an InvalidArgument from Temporal dead-letters an
+// event; errors about the cluster or the configuration are retried.
+func TestStartRejected(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{serviceerror.NewInvalidArgument("Blob data size exceeds limit."), true},
+		{fmt.Errorf("start workflow for event e: %w", serviceerror.NewInvalidArgument("x")), true},
+		{serviceerror.NewUnavailable("down"), false},
+		{serviceerror.NewPermissionDenied("no", ""), false},
+		{serviceerror.NewNamespaceNotFound("default"), false},
+		{context.DeadlineExceeded, false},
+		{nil, false},
+	} {
+		if got := startRejected(c.err); got != c.want {
+			t.Errorf("startRejected(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }

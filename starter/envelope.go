@@ -31,6 +31,10 @@ const (
 	ReasonPayloadTooLarge = "payload_too_large"
 	ReasonInvalidID       = "invalid_id"
 	ReasonInvalidHeaders  = "invalid_headers"
+	// ReasonStartRejected: Temporal refused the workflow start for good
+	// (an InvalidArgument, e.g. a payload over the cluster's blob size
+	// limit); after fixing the cause, redrive-events -reason start_rejected.
+	ReasonStartRejected = "start_rejected"
 )
 
 // InvalidError says why a record is not a valid event.

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -66,10 +67,14 @@ type RedriveResult struct {
 	// Skipped were delivered meanwhile (by an earlier redrive).
 	Skipped int
 	Failed  int
+	// Unredrivable dead letters were written without their message (the
+	// DLQ topic refused them whole) and no other dead letter of their batch
+	// holds it: they stay in the DLQ, and the log names their event.
+	Unredrivable int
 }
 
 type redriveGroup struct {
-	first activities.DeadLetter
+	first activities.DeadLetter // one with the message, when any has it
 	recs  []fanout.Recipient
 }
 
@@ -108,6 +113,9 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 			groups[k] = g
 			order = append(order, k)
 		}
+		if g.first.MessageOmitted != 0 && d.MessageOmitted == 0 {
+			g.first = d
+		}
 		g.recs = append(g.recs, d.Recipient)
 		res.Matched++
 		return nil
@@ -120,6 +128,12 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 	for _, k := range order {
 		g := groups[k]
 		d := g.first
+		if d.MessageOmitted != 0 {
+			res.Unredrivable += len(g.recs)
+			slog.Warn("dead letters without their message, and none of their batch has it: left in the DLQ",
+				"event", d.EventID, "type", d.EventType, "attempt", d.AttemptID, "recipients", len(g.recs))
+			continue
+		}
 		prio := d.Priority
 		if !prio.Valid() {
 			prio = fanout.PriorityNormal

@@ -1,4 +1,4 @@
-// Package dlq writes and reads fanout's dead-letter topics: the deliveries
+// Package kafkatopic writes and reads fanout's topics, the dead-letter topics among them: the deliveries
 // DLQ (recipients given up after MaxAttempts, as activities.DeadLetter JSON) and
 // the events DLQ (bad records, with the reason in headers).
 package kafkatopic
@@ -79,3 +79,51 @@ func ReadAll(ctx context.Context, brokers []string, topic string, fn func(kafka.
 
 // ErrStop ends ReadAll early without error.
 var ErrStop = errors.New("stop")
+
+// Refused sorts the outcome err of one WriteMessages call of n records:
+// failed lists the records not written, and refused those among them the
+// broker (or the writer, before sending) turned down for what they are, too
+// large or malformed for the topic, which no retry of the same record
+// changes. A broker refuses a whole produce batch for one such record, so
+// every record of that batch is reported refused.
+func Refused(err error, n int) (failed, refused []int) {
+	if err == nil {
+		return nil, nil
+	}
+	var werrs kafka.WriteErrors
+	if !errors.As(err, &werrs) || len(werrs) != n {
+		werrs = make(kafka.WriteErrors, n)
+		for i := range werrs {
+			werrs[i] = err
+		}
+	}
+	for i, e := range werrs {
+		if e == nil {
+			continue
+		}
+		failed = append(failed, i)
+		if recordRefused(e) {
+			refused = append(refused, i)
+		}
+	}
+	return failed, refused
+}
+
+// recordRefused reports whether a broker error is about the record itself.
+func recordRefused(err error) bool {
+	for _, code := range []kafka.Error{kafka.MessageSizeTooLarge, kafka.RecordListTooLarge, kafka.InvalidRecord, kafka.InvalidTimestamp} {
+		if errors.Is(err, code) {
+			return true
+		}
+	}
+	return false
+}
+
+// NewSingleWriter is NewWriter sending each record in a produce batch of
+// its own: for records written again after their batch was refused, so one
+// large neighbour cannot make a broker refuse a small record.
+func NewSingleWriter(brokers []string, topic string) *kafka.Writer {
+	w := NewWriter(brokers, topic)
+	w.BatchSize = 1
+	return w
+}
