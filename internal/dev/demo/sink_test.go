@@ -1,0 +1,80 @@
+package demo
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fanout/fanout/workers/webhook"
+)
+
+func deliver(t *testing.T, url, ev, rc string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/deliver", strings.NewReader(`{"text":"hi"}`))
+	req.Header.Set(webhook.HeaderEventID, ev)
+	req.Header.Set(webhook.HeaderRecipientID, rc)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The counters the bench and `task dev` read over HTTP agree with the
+// in-process ones, duplicates included.
+func TestSinkClient(t *testing.T) {
+	sink := NewSink()
+	srv := httptest.NewServer(Mux(&Source{}, sink))
+	defer srv.Close()
+	for _, rc := range []string{"r0", "r1", "r1", "r2", "r1"} {
+		if code := deliver(t, srv.URL, "e1", rc); code != http.StatusNoContent {
+			t.Fatalf("deliver: HTTP %d", code)
+		}
+	}
+	deliver(t, srv.URL, "e2", "r0")
+	if code := deliver(t, srv.URL, "", "r0"); code != http.StatusBadRequest {
+		t.Fatalf("no event header: HTTP %d, want 400", code)
+	}
+	c := NewSinkClient(srv.URL)
+	ctx := context.Background()
+	st, err := c.Event(ctx, "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sink.Event("e1")
+	if st.Unique != 3 || st.Deliveries != 5 || st.Duplicated != 1 || !st.Last.Equal(want.Last) {
+		t.Fatalf("e1 over HTTP %+v, in process %+v", st, want)
+	}
+	if n := sink.Count("e1", "r1"); n != 3 {
+		t.Fatalf("Count(e1, r1) = %d, want 3", n)
+	}
+	all, err := c.Events(ctx, []string{"e1", "e2", "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all["e1"].Unique != 3 || all["e2"].Unique != 1 || all["none"].Deliveries != 0 || len(all) != 3 {
+		t.Fatalf("Events = %+v", all)
+	}
+	tot, err := c.Totals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot.Deliveries != 6 || tot.Duplicates != 2 {
+		t.Fatalf("Totals = %+v, want 6 deliveries, 2 duplicates", tot)
+	}
+	if err := c.SetDelay(ctx, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	deliver(t, srv.URL, "e3", "r0")
+	if d := time.Since(t0); d < 50*time.Millisecond {
+		t.Fatalf("delivery took %v with a 50ms delay", d)
+	}
+	if err := c.SetDelay(ctx, 2*time.Minute); err == nil {
+		t.Fatal("a 2-minute delay was accepted")
+	}
+}
