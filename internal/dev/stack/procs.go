@@ -179,10 +179,13 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
-// temporalArgs are the `temporal server start-dev` arguments: fanout's
-// search attributes, and dbFile as the database ("": in memory).
-func temporalArgs(port, uiPort, metricsPort int, dbFile string) []string {
-	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port), "--log-level", "warn"}
+// temporalArgs are the `temporal server start-dev` arguments, with dbFile
+// as the database ("": in memory). Tuned, they add fanout's search
+// attributes and the flags below; stock, they are what a user types (the
+// search attributes are then registered by waitTemporal, as `starter setup`
+// does), so the bench can measure what users run.
+func temporalArgs(port, uiPort, metricsPort int, dbFile string, stock bool) []string {
+	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port)}
 	if uiPort == 0 {
 		args = append(args, "--headless")
 	} else {
@@ -192,10 +195,17 @@ func temporalArgs(port, uiPort, metricsPort int, dbFile string) []string {
 		args = append(args, "--metrics-port", strconv.Itoa(metricsPort))
 	}
 	if dbFile != "" {
+		args = append(args, "--db-filename", dbFile)
+	}
+	if stock {
+		return args
+	}
+	args = append(args, "--log-level", "warn")
+	if dbFile != "" {
 		// WAL without fsync per commit: state survives a kill of the server
 		// (the OS keeps the writes), which is what restarts here need, at a
 		// fraction of the cost of fsync on every history write.
-		args = append(args, "--db-filename", dbFile, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off")
+		args = append(args, "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off")
 	}
 	// One partition per task queue: on a single-node dev server more
 	// partitions only add forwarding between them.

@@ -3,7 +3,10 @@
 // suite, the bench and the histories tool all get it: the Temporal dev server
 // (from the temporal CLI built once from a pinned tool module), redis-server,
 // the embedded kfake Kafka broker, and the demo recipients source and
-// webhook sink on loopback HTTP, with clients for them. On top of it fanout
+// webhook sink on loopback HTTP, with clients for them. The sink runs in the
+// caller's process (Stack.Sink, whose knobs tests set directly) or, with
+// Options.SinkProcess, as its own process as a real destination does
+// (internal/dev/cmd/sink); Stack.SinkClient reads its counts either way. On top of it fanout
 // runs either as worker and bridge processes built from this repository,
 // each of which can be killed and restarted (StartWorker, StartBridge), or
 // in the caller's process (RunWorkers, RunBridge). Processes run in their own
@@ -23,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -61,8 +65,22 @@ type Options struct {
 	// TemporalMetrics has the dev server serve Prometheus metrics at
 	// Stack.TemporalMetricsURL.
 	TemporalMetrics bool
-	// DemoHandler, when set, wraps the demo source and sink's handler.
+	// DemoHandler, when set, wraps the demo source and sink's handler (the
+	// source's alone with SinkProcess).
 	DemoHandler func(http.Handler) http.Handler
+	// SinkProcess runs the webhook sink as its own process ("sink", on
+	// SinkPort, 0 picks a free one) instead of in this one: its CPU is its
+	// own and it serves requests the way a separate destination does.
+	// Stack.Sink is then nil; read its counts with Stack.SinkClient.
+	SinkProcess bool
+	SinkPort    int
+	// SinkPprof, with SinkProcess, is a loopback address where the sink
+	// process serves net/http/pprof.
+	SinkPprof string
+	// StockTemporal starts the dev server as a user would, with plain
+	// `temporal server start-dev --db-filename` and none of the stack's
+	// tuning flags (see temporalArgs); SwitchTemporal changes it later.
+	StockTemporal bool
 	// Client configures Stack.TC; Start sets HostPort, and a Logger that
 	// discards when there is none.
 	Client client.Options
@@ -80,14 +98,20 @@ type Stack struct {
 	TemporalMetricsURL     string // "" without Options.TemporalMetrics
 	KafkaAddr              string
 	RedisAddr              string
-	DemoURL                string
+	DemoURL                string // the recipients source (and the in-process sink)
+	// SinkURL is the webhook sink's base URL: deliveries go to
+	// SinkURL/deliver. It is DemoURL unless Options.SinkProcess.
+	SinkURL string
 
-	TC        client.Client
-	RDB       *redis.Client
-	Sink      *demo.Sink
-	Publisher *starter.Publisher // to the events topic
+	TC   client.Client
+	RDB  *redis.Client
+	Sink *demo.Sink // the in-process sink; nil with Options.SinkProcess
+	// SinkClient reads the sink's counts over HTTP, wherever it runs.
+	SinkClient *demo.SinkClient
+	Publisher  *starter.Publisher // to the events topic
 
 	opts      Options
+	stock     bool // the dev server runs without the tuning flags
 	tempDir   bool
 	tbin      string
 	mport     int
@@ -149,6 +173,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		s.TemporalMetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", s.mport)
 	}
 	s.opts = o
+	s.stock = o.StockTemporal
 	s.TemporalAddr = fmt.Sprintf("127.0.0.1:%d", o.TemporalPort)
 	s.RedisAddr = fmt.Sprintf("127.0.0.1:%d", o.RedisPort)
 	if s.tbin, err = ensureTemporalCLI(ctx, root, o.Log); err != nil {
@@ -170,8 +195,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.DemoURL = "http://" + ln.Addr().String()
-	s.Sink = demo.NewSink()
-	var h http.Handler = demo.Mux(&demo.Source{DeliverURL: s.DemoURL + "/deliver"}, s.Sink)
+	h, err := s.demoHandler(ctx)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	if o.DemoHandler != nil {
 		h = o.DemoHandler(h)
 	}
@@ -200,12 +228,17 @@ func (s *Stack) setProc(name string, p *Proc, spec *procSpec) {
 	}
 }
 
+// startTemporal starts the dev server, tuned or stock (s.stock), each on
+// its own database file: temporal.db or temporal-stock.db.
 func (s *Stack) startTemporal(ctx context.Context) error {
 	db := ""
 	if !s.opts.InMemory {
 		db = filepath.Join(s.Dir, "temporal.db")
 	}
-	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, temporalArgs(s.opts.TemporalPort, s.opts.UIPort, s.mport, db), nil)
+	if s.stock {
+		db = strings.TrimSuffix(db, ".db") + "-stock.db"
+	}
+	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, temporalArgs(s.opts.TemporalPort, s.opts.UIPort, s.mport, db, s.stock), nil)
 	if err != nil {
 		return err
 	}
@@ -233,7 +266,8 @@ func (s *Stack) startRedis(ctx context.Context) error {
 	return nil
 }
 
-// Build compiles the worker and starter binaries into Bin, once per Stack.
+// Build compiles the worker and starter binaries (and the sink's, with
+// Options.SinkProcess) into Bin, once per Stack.
 // Test packages running in parallel build them one at a time (under the
 // .bin lock), and each binary is renamed into place, so a build never
 // rewrites a binary another package is running. StartWorker and StartBridge
@@ -246,12 +280,16 @@ func (s *Stack) Build(ctx context.Context) error {
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp+"/", "./workers/cmd/worker", "./starter/cmd/starter")
+			pkgs, names := []string{"./workers/cmd/worker", "./starter/cmd/starter"}, []string{"worker", "starter"}
+			if s.opts.SinkProcess {
+				pkgs, names = append(pkgs, "./internal/dev/cmd/sink"), append(names, "sink")
+			}
+			cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", tmp + "/"}, pkgs...)...)
 			cmd.Dir = s.Root
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return fmt.Errorf("go build: %w: %s", err, out)
 			}
-			for _, name := range []string{"worker", "starter"} {
+			for _, name := range names {
 				if err := os.Rename(filepath.Join(tmp, name), filepath.Join(s.Bin, name)); err != nil {
 					return err
 				}
@@ -297,8 +335,8 @@ func (s *Stack) startProc(name string, spec procSpec) error {
 	return nil
 }
 
-// Proc returns a process of the stack: "temporal", "redis", or a started
-// worker or bridge.
+// Proc returns a process of the stack: "temporal", "redis", "sink" (with
+// Options.SinkProcess), or a started worker or bridge.
 func (s *Stack) Proc(name string) *Proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -332,7 +370,7 @@ func (s *Stack) RestartRedis(ctx context.Context, down time.Duration) error {
 }
 
 // RestartTemporal kills the dev server and starts it again on the same
-// port and database file after down.
+// port, flags and database file after down.
 func (s *Stack) RestartTemporal(ctx context.Context, down time.Duration) error {
 	s.Kill("temporal")
 	time.Sleep(down)
@@ -340,7 +378,8 @@ func (s *Stack) RestartTemporal(ctx context.Context, down time.Duration) error {
 }
 
 // Pids returns the process id of every running process of the stack by
-// name (temporal, redis, and the started workers and bridges).
+// name (temporal, redis, the sink process, and the started workers and
+// bridges).
 func (s *Stack) Pids() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -547,6 +586,9 @@ func (s *Stack) Close() {
 	}
 	if s.srv != nil {
 		s.srv.Close()
+	}
+	if s.SinkClient != nil {
+		s.SinkClient.HTTP.CloseIdleConnections()
 	}
 	s.Proc("redis").Stop(5 * time.Second)
 	s.Proc("temporal").Stop(10 * time.Second)
