@@ -1,8 +1,11 @@
 // Command bench measures fanout on the real stack on this machine (go tool
 // task bench): the temporal dev server, kfake, redis-server, the project's
-// worker and bridge processes and a loopback HTTP sink. It prints one row
-// per scenario and writes the same numbers to -json FILE. Ratios are
-// measured side by side in one run; nothing here asserts a speed.
+// worker and bridge processes and the loopback HTTP sink as its own process
+// (internal/dev/cmd/sink), as a real destination runs. It prints one row
+// per scenario, then the CPU each process spent per delivery in heavy,
+// heavy-stock and the floor, and writes the same numbers to -json FILE.
+// Ratios are measured side by side in one run; nothing here asserts a
+// speed.
 //
 //	go tool task bench
 //	go tool task bench -- -quick -json out.json
@@ -14,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -39,12 +43,28 @@ type Row struct {
 	PeakRSSMB        map[string]float64 `json:"peak_rss_mb,omitempty"`
 	// CPUSeconds each process spent during the scenario: where the time goes.
 	CPUSeconds map[string]float64 `json:"cpu_seconds,omitempty"`
-	Notes      string             `json:"notes,omitempty"`
+	// CPUUsPerDelivery is each process's CPU per delivery in microseconds
+	// (heavy runs: every process, sink, Temporal, Redis, workers and this
+	// one with the broker; the floor: its client and the sink), and
+	// CPUUsPerDeliveryTotal their sum: a cost that, unlike deliveries/s,
+	// does not move with whatever else shares the machine.
+	CPUUsPerDelivery      map[string]float64 `json:"cpu_us_per_delivery,omitempty"`
+	CPUUsPerDeliveryTotal float64            `json:"cpu_us_per_delivery_total,omitempty"`
+	// CPURatio is a total CPU per delivery divided by the floor's.
+	CPURatio   float64 `json:"cpu_ratio,omitempty"`
+	CPURatioOf string  `json:"cpu_ratio_of,omitempty"`
+	// SinkTimeWait counts the TCP sockets in TIME_WAIT towards the sink
+	// after the scenario, SinkTimeWaitPeak the most seen during it (sampled
+	// every 2 s): connections closed instead of reused.
+	SinkTimeWait     *int   `json:"sink_time_wait,omitempty"`
+	SinkTimeWaitPeak *int   `json:"sink_time_wait_peak,omitempty"`
+	Notes            string `json:"notes,omitempty"`
 }
 
 // Sizes of the scenarios at scale 1.
 type sizes struct {
 	heavy        int // recipients of the heavy event
+	heavyStock   int // recipients of heavy-stock's event
 	huge         int // recipients of the opt-in huge event
 	lightEvents  int
 	lightAud     int
@@ -56,16 +76,16 @@ type sizes struct {
 }
 
 func fullSizes() sizes {
-	return sizes{huge: 5_000_000, heavy: 1_000_000, lightEvents: 2000, lightAud: 20, lightRate: 100, isoRate: 50, scaling: 40_000, scaleDelay: 25 * time.Millisecond, isolationAud: 1_000_000}
+	return sizes{huge: 5_000_000, heavy: 1_000_000, heavyStock: 200_000, lightEvents: 2000, lightAud: 20, lightRate: 100, isoRate: 50, scaling: 40_000, scaleDelay: 25 * time.Millisecond, isolationAud: 1_000_000}
 }
 
 func (s sizes) scaled(f float64) sizes {
 	sc := func(n int) int { return max(int(float64(n)*f), 1) }
-	s.heavy, s.lightEvents, s.scaling, s.isolationAud, s.huge = sc(s.heavy), sc(s.lightEvents), sc(s.scaling), sc(s.isolationAud), sc(s.huge)
+	s.heavy, s.heavyStock, s.lightEvents, s.scaling, s.isolationAud, s.huge = sc(s.heavy), sc(s.heavyStock), sc(s.lightEvents), sc(s.scaling), sc(s.isolationAud), sc(s.huge)
 	return s
 }
 
-var allScenarios = []string{"heavy", "floor", "light", "light-burst", "isolation", "scaling", "dedup"}
+var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "isolation", "scaling", "dedup"}
 
 // optInScenarios run only when named with -only.
 var optInScenarios = []string{"huge"}
@@ -112,8 +132,13 @@ func main() {
 }
 
 func run(ctx context.Context, sz sizes, want []string, dir string, nice int, separateBridge bool, out io.Writer) ([]Row, error) {
-	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, workers, bridge)...")
-	st, err := stack.Start(ctx, stack.Options{Dir: dir, Log: out, Env: strings.Fields(os.Getenv("FANOUT_BENCH_ENV"))})
+	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, sink process, workers, bridge)...")
+	opts := stack.Options{Dir: dir, Log: out, Env: strings.Fields(os.Getenv("FANOUT_BENCH_ENV")), SinkProcess: true}
+	if os.Getenv("FANOUT_BENCH_PPROF") != "" {
+		// go tool pprof http://127.0.0.1:6063/debug/pprof/profile
+		opts.SinkPprof = "127.0.0.1:6063"
+	}
+	st, err := stack.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +155,7 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 	}
 	var rows []Row
 	scenarios := map[string]func(context.Context) (Row, error){
-		"heavy": b.heavy, "floor": b.floor, "light": b.lightPaced, "light-burst": b.lightBurst,
+		"heavy": b.heavy, "floor": b.floor, "heavy-stock": b.heavyStock, "light": b.lightPaced, "light-burst": b.lightBurst,
 		"isolation": b.isolation, "scaling": b.scaling, "dedup": b.dedup, "huge": b.huge,
 	}
 	for _, name := range append(allScenarios, optInScenarios...) {
@@ -141,7 +166,11 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 		start := time.Now()
 		cpu0 := b.cpuTimes()
 		row, err := scenarios[name](ctx)
-		row.CPUSeconds = diffCPU(cpu0, b.cpuTimes())
+		if row.CPUSeconds == nil {
+			// Scenarios that measure their own window (heavy runs, the
+			// floor) leave out their set-up.
+			row.CPUSeconds = roundCPU(diffCPU(cpu0, b.cpuTimes()))
+		}
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", name, err)
 		}
@@ -154,14 +183,71 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 
 func printTable(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tpeak RSS MB\tCPU s\tnotes")
+	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tCPU µs/delivery\tpeak RSS MB\tCPU s\tnotes")
 	for _, r := range rows {
-		ratio := ""
-		if r.RatioOf != "" {
-			ratio = fmt.Sprintf("%.2f (%s)", r.Ratio, r.RatioOf)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
+			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratioOf(r.Ratio, r.RatioOf),
+			cpuCell(r), rss(r.PeakRSSMB), rss(r.CPUSeconds), r.Notes)
+	}
+	tw.Flush()
+	printCPUTable(w, rows)
+}
+
+func ratioOf(ratio float64, of string) string {
+	if of == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f (%s)", ratio, of)
+}
+
+func cpuCell(r Row) string {
+	if r.CPUUsPerDeliveryTotal == 0 {
+		return "-"
+	}
+	if r.CPURatioOf == "" {
+		return fmt.Sprintf("%.0f", r.CPUUsPerDeliveryTotal)
+	}
+	return fmt.Sprintf("%.0f, %s", r.CPUUsPerDeliveryTotal, ratioOf(r.CPURatio, r.CPURatioOf))
+}
+
+// printCPUTable prints CPU µs per delivery by process (rows) and scenario
+// (columns), for the scenarios that measured it.
+func printCPUTable(w io.Writer, rows []Row) {
+	var cols []Row
+	procs := map[string]bool{}
+	for _, r := range rows {
+		if r.CPUUsPerDeliveryTotal > 0 {
+			cols = append(cols, r)
+			for p := range r.CPUUsPerDelivery {
+				procs[p] = true
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
-			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratio, rss(r.PeakRSSMB), rss(r.CPUSeconds), r.Notes)
+	}
+	if len(cols) == 0 {
+		return
+	}
+	names := slices.Sorted(maps.Keys(procs))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "\nCPU µs per delivery")
+	fmt.Fprint(tw, "process\t")
+	for _, c := range cols {
+		fmt.Fprintf(tw, "%s\t", c.Scenario)
+	}
+	fmt.Fprintln(tw)
+	for _, p := range append(names, "total") {
+		fmt.Fprintf(tw, "%s\t", p)
+		for _, c := range cols {
+			v, ok := c.CPUUsPerDelivery[p]
+			if p == "total" {
+				v, ok = c.CPUUsPerDeliveryTotal, true
+			}
+			if ok {
+				fmt.Fprintf(tw, "%.1f\t", v)
+			} else {
+				fmt.Fprint(tw, "-\t")
+			}
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }

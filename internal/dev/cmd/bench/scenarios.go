@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"math"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"golang.org/x/sync/errgroup"
 
@@ -17,6 +23,7 @@ import (
 	"github.com/fanout/fanout/internal/dev/demo"
 	"github.com/fanout/fanout/internal/dev/stack"
 	"github.com/fanout/fanout/workers/webhook"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // Delivery worker settings of the bench (the stock defaults).
@@ -33,6 +40,9 @@ type bench struct {
 	seq   int
 
 	heavyRate float64 // deliveries/s of the heavy scenario
+	heavyCPU  float64 // its CPU µs per delivery, every process
+	floorRate float64 // deliveries/s of the floor
+	floorCPU  float64 // its CPU µs per delivery, client and sink
 	lastHeavy string  // event id of the last heavyRun
 }
 
@@ -71,30 +81,54 @@ func (b *bench) startWorkers(separateBridge bool) error {
 
 // waitDelivered waits until every event reached its audience at the sink,
 // printing progress every two seconds, and returns each event's last
-// delivery time.
+// delivery time (the sink's clock, so the poll interval does not count).
 func (b *bench) waitDelivered(ctx context.Context, label string, evs []stack.Event, timeout time.Duration) (map[string]time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	total := 0
+	audience := make(map[string]int, len(evs))
 	for _, e := range evs {
 		total += e.Audience
+		audience[e.ID] = e.Audience
 	}
 	done := map[string]time.Time{}
-	tick := time.NewTicker(250 * time.Millisecond)
+	reached := map[string]int{} // recipients reached by events not done yet
+	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	lastPrint := time.Now()
-	var lastN int
+	lastPrint, lastN, failures := time.Now(), 0, 0
 	for {
-		n := 0
+		pending := make([]string, 0, len(evs)-len(done))
 		for _, e := range evs {
-			st := b.st.Sink.Event(e.ID)
-			n += min(st.Unique, e.Audience)
-			if _, ok := done[e.ID]; !ok && st.Unique >= e.Audience {
-				done[e.ID] = st.Last
+			if _, ok := done[e.ID]; !ok {
+				pending = append(pending, e.ID)
+			}
+		}
+		// One request for every pending event: the sink is another process,
+		// and polling must not be what loads it.
+		stats, err := b.st.SinkClient.Events(ctx, pending)
+		if err != nil {
+			if failures++; failures >= 5 || ctx.Err() != nil {
+				return done, fmt.Errorf("%s: reading the sink: %w", label, err)
+			}
+		} else {
+			failures = 0
+		}
+		for id, st := range stats {
+			reached[id] = min(st.Unique, audience[id])
+			if st.Unique >= audience[id] {
+				done[id] = st.Last
+				delete(reached, id)
 			}
 		}
 		if len(done) == len(evs) {
 			return done, nil
+		}
+		n := 0
+		for id := range done {
+			n += audience[id]
+		}
+		for _, r := range reached {
+			n += r
 		}
 		if time.Since(lastPrint) >= 2*time.Second {
 			rate := float64(n-lastN) / time.Since(lastPrint).Seconds()
@@ -109,66 +143,212 @@ func (b *bench) waitDelivered(ctx context.Context, label string, evs []stack.Eve
 	}
 }
 
-// heavyRun publishes one event of n recipients and measures it.
+// heavyRun publishes one event of n recipients and measures it: publish
+// to last delivery, the CPU every process spent from publish until the
+// workflow completed (per delivery too), and the TIME_WAIT sockets towards
+// the sink, which count the connections the delivery client closed instead
+// of reusing (at their peak, sampled, and after the run).
 func (b *bench) heavyRun(ctx context.Context, label string, n int) (Row, error) {
 	ev := stack.Event{ID: b.id(label), Audience: n, Priority: fanout.PriorityNormal}
 	b.lastHeavy = ev.ID
+	stopTW := b.sampleTimeWait()
+	cpu0 := b.cpuTimes()
 	t0 := time.Now()
 	if err := b.st.Publish(ctx, ev); err != nil {
+		stopTW()
 		return Row{}, err
 	}
 	done, err := b.waitDelivered(ctx, label, []stack.Event{ev}, 60*time.Minute)
 	if err != nil {
+		stopTW()
 		return Row{}, err
 	}
 	res, err := b.st.Wait(ctx, ev.ID)
+	cpu := diffCPU(cpu0, b.cpuTimes())
+	peakTW := stopTW()
 	if err != nil {
 		return Row{}, err
 	}
 	secs := done[ev.ID].Sub(t0).Seconds()
-	sink := b.st.Sink.Event(ev.ID)
-	return Row{
-		Size: n, Seconds: secs, DeliveriesPerSec: float64(n) / secs, PeakRSSMB: b.peakRSS(),
+	sink, err := b.st.SinkClient.Event(ctx, ev.ID)
+	if err != nil {
+		return Row{}, err
+	}
+	r := Row{
+		Size: n, Seconds: secs, DeliveriesPerSec: float64(n) / secs, PeakRSSMB: b.peakRSS(), CPUSeconds: roundCPU(cpu),
 		Notes: fmt.Sprintf("%d batches, %d runs, %d duplicates at the sink", res.BatchesStarted, res.Runs, sink.Deliveries-sink.Unique),
-	}, nil
+	}
+	r.CPUUsPerDelivery, r.CPUUsPerDeliveryTotal = perDelivery(cpu, n)
+	if tw, err := b.sinkTimeWait(); err == nil {
+		r.SinkTimeWait, r.SinkTimeWaitPeak = &tw, &peakTW
+		r.Notes += fmt.Sprintf("; TIME_WAIT towards the sink: %d after, %d at peak", tw, peakTW)
+	} else {
+		fmt.Fprintf(b.out, "[bench %s] TIME_WAIT not read: %v\n", label, err)
+	}
+	return r, nil
 }
 
 func (b *bench) heavy(ctx context.Context) (Row, error) {
 	r, err := b.heavyRun(ctx, "heavy", b.sz.heavy)
-	b.heavyRate = r.DeliveriesPerSec
+	b.heavyRate, b.heavyCPU = r.DeliveriesPerSec, r.CPUUsPerDeliveryTotal
 	return r, err
 }
 
-// floor makes the same deliveries with a bare loop: the same HTTP client
-// and request, the delivery worker's concurrency, no Kafka, Temporal or Redis.
+// floor makes heavy's deliveries with the loop a competent engineer would
+// write without fanout, the physical limit fanout chases, so nothing here
+// may handicap it: plain net/http with an idle pool as large as its
+// concurrency (so every connection is reused), no tracing, no outbound
+// guard, no Kafka, Temporal or Redis; as many goroutines as the delivery
+// worker's slots (batchSlots × concurrency), each posting the same body
+// with the same method and content type to the same sink process, draining
+// and closing every answer. Its CPU is this process's (the client; the
+// broker and the recipients source in it are idle meanwhile) and the
+// sink's, measured around the loop.
 func (b *bench) floor(ctx context.Context) (Row, error) {
 	if b.heavyRate == 0 {
 		if _, err := b.heavy(ctx); err != nil {
 			return Row{}, err
 		}
 	}
-	n := b.sz.heavy
-	h := &webhook.Handler{Client: webhook.NewClient(10*time.Second, 256, webhook.Loopback...)}
-	ev := fanout.Event{ID: b.id("floor"), Type: webhook.EventType}
-	msg := fanout.Message{ContentType: "application/json", Body: []byte(`{"text":"hi"}`)}
-	addr := b.st.DemoURL + "/deliver"
+	n, c := b.sz.heavy, batchSlots*concurrency
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	tr := &http.Transport{MaxIdleConns: c, MaxIdleConnsPerHost: c}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	eventID, url := b.id("floor"), b.st.SinkURL+"/deliver"
+	var next, delivered atomic.Int64
+	stopProgress := b.progress("floor", n, func() int { return int(delivered.Load()) })
+	cpu0 := b.cpuTimes()
 	t0 := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(batchSlots * concurrency)
-	stopProgress := b.progress("floor", n, func() int { return b.st.Sink.Event(ev.ID).Unique })
-	for i := range n {
-		r := fanout.Recipient{ID: demo.RecipientID(i), Address: addr}
-		g.Go(func() error { return h.Deliver(gctx, ev, r, msg) })
+	for range c {
+		g.Go(func() error {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if err := post(gctx, hc, url, eventID, demo.RecipientID(int(i))); err != nil {
+					return err
+				}
+				delivered.Add(1)
+			}
+			return nil
+		})
 	}
 	err := g.Wait()
+	secs := time.Since(t0).Seconds()
+	cpu := diffCPU(cpu0, b.cpuTimes())
 	stopProgress()
 	if err != nil {
 		return Row{}, err
 	}
-	secs := time.Since(t0).Seconds()
+	if st, err := b.st.SinkClient.Event(ctx, eventID); err != nil || st.Unique != n {
+		return Row{}, fmt.Errorf("the sink counted %d of the floor's %d recipients (%v)", st.Unique, n, err)
+	}
+	// The rest of the stack idles during the floor: its CPU is in
+	// cpu_seconds, not in the floor's cost per delivery.
+	floorCPU := map[string]float64{benchProc: cpu[benchProc], "sink": cpu["sink"]}
 	rate := float64(n) / secs
-	return Row{Size: n, Seconds: secs, DeliveriesPerSec: rate, Ratio: b.heavyRate / rate, RatioOf: "heavy/floor",
-		Notes: fmt.Sprintf("concurrency %d", batchSlots*concurrency)}, nil
+	b.floorRate = rate
+	r := Row{Size: n, Seconds: secs, DeliveriesPerSec: rate, Ratio: b.heavyRate / rate, RatioOf: "heavy/floor", CPUSeconds: roundCPU(cpu),
+		Notes: fmt.Sprintf("plain net/http, concurrency %d, idle pool %d; CPU per delivery: the client (%s) and the sink", c, c, benchProc)}
+	r.CPUUsPerDelivery, r.CPUUsPerDeliveryTotal = perDelivery(floorCPU, n)
+	b.floorCPU = r.CPUUsPerDeliveryTotal
+	if b.heavyCPU > 0 {
+		r.CPURatio, r.CPURatioOf = b.heavyCPU/b.floorCPU, "heavy/floor"
+	}
+	if tw, err := b.sinkTimeWait(); err == nil {
+		r.SinkTimeWait = &tw
+		r.Notes += fmt.Sprintf("; TIME_WAIT towards the sink after: %d", tw)
+	}
+	return r, nil
+}
+
+// floorBody is the message the heavy scenario's events carry.
+var floorBody = []byte(`{"text":"hi"}`)
+
+// post is one delivery of the floor: a POST of the message with the two
+// headers the sink counts by.
+func post(ctx context.Context, hc *http.Client, url, eventID, recipientID string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(floorBody))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webhook.HeaderEventID, eventID)
+	req.Header.Set(webhook.HeaderRecipientID, recipientID)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("floor: HTTP %d from the sink", resp.StatusCode)
+	}
+	return nil
+}
+
+// heavyStock runs the heavy event (at heavyStock's size) against a dev
+// server started as users start it: plain `temporal server start-dev
+// --db-filename`, none of the stack's WAL, synchronous=off or
+// one-partition flags. Only the server changes: the tuned one is stopped
+// and a stock one (on a fresh database) takes its port, while the workers,
+// Redis, the broker and the sink process stay up and reconnect as after any
+// server restart. That is the simplest honest comparison — the same
+// processes, binaries and sink, the server's flags the one difference — and
+// cheaper than a second stack. The tuned server comes back afterwards for
+// the scenarios that follow.
+func (b *bench) heavyStock(ctx context.Context) (_ Row, err error) {
+	fmt.Fprintln(b.out, "[bench heavy-stock] restarting the temporal dev server without tuning flags")
+	if err := b.st.SwitchTemporal(ctx, true); err != nil {
+		return Row{}, err
+	}
+	defer func() {
+		fmt.Fprintln(b.out, "[bench heavy-stock] back to the tuned temporal dev server")
+		rerr := b.st.SwitchTemporal(ctx, false)
+		if rerr == nil {
+			rerr = b.waitPollers(ctx)
+		}
+		err = cmp.Or(err, rerr)
+	}()
+	if err := b.waitPollers(ctx); err != nil {
+		return Row{}, err
+	}
+	r, err := b.heavyRun(ctx, "heavy-stock", b.sz.heavyStock)
+	if err != nil {
+		return Row{}, err
+	}
+	r.Notes = "temporal server start-dev --db-filename (stock flags); " + r.Notes
+	if b.floorRate > 0 {
+		r.Ratio, r.RatioOf = r.DeliveriesPerSec/b.floorRate, "heavy-stock/floor"
+		r.CPURatio, r.CPURatioOf = r.CPUUsPerDeliveryTotal/b.floorCPU, "heavy-stock/floor"
+	}
+	return r, nil
+}
+
+// waitPollers waits (at most two minutes) until the events worker and the
+// delivery worker poll the server again after it restarted, so that a run
+// measures deliveries, not the workers' reconnection back-off.
+func (b *bench) waitPollers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	queues := []string{vocab.EventsTaskQueue, vocab.DeliveryTaskQueue(fanout.PriorityNormal)}
+	for {
+		ready := 0
+		for _, q := range queues {
+			d, err := b.st.TC.DescribeTaskQueue(ctx, q, enums.TASK_QUEUE_TYPE_WORKFLOW)
+			if err == nil && len(d.GetPollers()) > 0 {
+				ready++
+			}
+		}
+		if ready == len(queues) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("workers not polling %v after the server restart: %w", queues, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func (b *bench) progress(label string, total int, count func() int) (stop func()) {
@@ -278,16 +458,16 @@ func (b *bench) isolation(ctx context.Context) (Row, error) {
 	}
 	// Let the heavy event get going.
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	for b.st.Sink.Event(heavy.ID).Unique < min(5000, heavy.Audience/10) && wctx.Err() == nil {
+	for b.unique(wctx, heavy.ID) < min(5000, heavy.Audience/10) && wctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
 	}
 	cancel()
-	before := b.st.Sink.Event(heavy.ID).Unique
+	before := b.unique(ctx, heavy.ID)
 	r, err := b.lightRun(ctx, "isolation", b.sz.isoRate, fanout.PriorityHigh)
 	if err != nil {
 		return Row{}, err
 	}
-	during := b.st.Sink.Event(heavy.ID).Unique - before
+	during := b.unique(ctx, heavy.ID) - before
 	// Stop the heavy event: terminating the workflow terminates its batches.
 	if err := b.st.TC.TerminateWorkflow(ctx, stack.WorkflowID(heavy.ID), "", "bench: isolation scenario done"); err != nil {
 		fmt.Fprintf(b.out, "[bench isolation] terminate heavy: %v\n", err)
@@ -298,13 +478,27 @@ func (b *bench) isolation(ctx context.Context) (Row, error) {
 	return r, nil
 }
 
-// settle waits until the sink has been idle for a second.
+// unique is how many recipients of an event the sink reached (0 when the
+// sink cannot be read: the callers wait for a number, bounded in time).
+func (b *bench) unique(ctx context.Context, eventID string) int {
+	st, err := b.st.SinkClient.Event(ctx, eventID)
+	if err != nil {
+		fmt.Fprintf(b.out, "[bench] reading the sink: %v\n", err)
+	}
+	return st.Unique
+}
+
+// settle waits (at most a minute) until the sink has been idle for a second.
 func (b *bench) settle(ctx context.Context) {
 	deadline := time.Now().Add(time.Minute)
-	last, idleSince := b.st.Sink.Total(), time.Now()
+	total := func() int64 {
+		t, _ := b.st.SinkClient.Totals(ctx)
+		return t.Deliveries
+	}
+	last, idleSince := total(), time.Now()
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(200 * time.Millisecond)
-		if n := b.st.Sink.Total(); n != last {
+		if n := total(); n != last {
 			last, idleSince = n, time.Now()
 		} else if time.Since(idleSince) > time.Second {
 			return
@@ -317,9 +511,13 @@ func (b *bench) settle(ctx context.Context) {
 func (b *bench) scaling(ctx context.Context) (Row, error) {
 	const slots, conc = 2, 16
 	b.st.Stop("delivery")
-	b.st.Sink.Delay = b.sz.scaleDelay
+	if err := b.st.SinkClient.SetDelay(ctx, b.sz.scaleDelay); err != nil {
+		return Row{}, err
+	}
 	defer func() {
-		b.st.Sink.Delay = 0
+		if err := b.st.SinkClient.SetDelay(context.Background(), 0); err != nil {
+			fmt.Fprintf(b.out, "[bench scaling] resetting the sink's delay: %v\n", err)
+		}
 		_ = b.st.Restart("delivery")
 	}()
 	rates := map[int]float64{}
@@ -373,16 +571,20 @@ func (b *bench) dedup(ctx context.Context) (Row, error) {
 	return r, nil
 }
 
-// pids are the stack's processes and this one (which hosts the sink and
-// the kfake broker).
+// benchProc names this process among the bench's processes: it hosts the
+// kfake broker and the recipients source, and in the floor it is the
+// client.
+const benchProc = "bench"
+
+// pids are the stack's processes (the sink process among them) and this
+// one.
 func (b *bench) pids() map[string]int {
 	pids := b.st.Pids()
-	pids["bench+sink+kafka"] = os.Getpid()
+	pids[benchProc] = os.Getpid()
 	return pids
 }
 
-// peakRSS reads VmHWM of every process of the stack and of this one (which
-// hosts the sink and the kfake broker).
+// peakRSS reads VmHWM of every process of the stack and of this one.
 func (b *bench) peakRSS() map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range b.pids() {
@@ -410,38 +612,84 @@ func vmHWM(pid int) (float64, bool) {
 	return 0, false
 }
 
-// cpuTimes reads user+system CPU seconds of every process of the stack.
-func (b *bench) cpuTimes() map[string]float64 {
-	out := map[string]float64{}
+// procCPU is a process's user+system CPU seconds so far.
+type procCPU struct {
+	pid  int
+	secs float64
+}
+
+// cpuTimes reads user+system CPU seconds of every process of the stack and
+// of this one, from /proc/<pid>/stat.
+func (b *bench) cpuTimes() map[string]procCPU {
+	out := map[string]procCPU{}
 	for name, pid := range b.pids() {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
+		if secs, ok := cpuSeconds(pid); ok {
+			out[name] = procCPU{pid, secs}
 		}
-		// Fields after the command name (which may hold spaces).
-		rest := string(data)
-		if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-			rest = rest[i+1:]
-		}
-		f := strings.Fields(rest)
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseFloat(f[11], 64)
-		stt, _ := strconv.ParseFloat(f[12], 64)
-		out[name] = (ut + stt) / 100 // clock ticks (USER_HZ = 100)
 	}
 	return out
 }
 
-func diffCPU(before, after map[string]float64) map[string]float64 {
+func cpuSeconds(pid int) (float64, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name (which may hold spaces).
+	rest := string(data)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100, err1 == nil && err2 == nil // clock ticks (USER_HZ = 100)
+}
+
+// diffCPU is the CPU seconds each process spent between two readings; a
+// process restarted in between (another pid under the same name) counts
+// from its start.
+func diffCPU(before, after map[string]procCPU) map[string]float64 {
 	out := map[string]float64{}
-	for k, v := range after {
-		if d := v - before[k]; d >= 0.05 {
-			out[k] = float64(int(d*10+0.5)) / 10
+	for k, a := range after {
+		d := a.secs
+		if b, ok := before[k]; ok && b.pid == a.pid {
+			d -= b.secs
+		}
+		if d > 0 {
+			out[k] = d
 		}
 	}
 	return out
+}
+
+// roundCPU keeps the processes that spent at least 0.05 s, to 0.1 s.
+func roundCPU(cpu map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range cpu {
+		if v >= 0.05 {
+			out[k] = math.Round(v*10) / 10
+		}
+	}
+	return out
+}
+
+// perDelivery divides each process's CPU by n deliveries, in microseconds
+// (to 0.1), and sums them.
+func perDelivery(cpu map[string]float64, n int) (map[string]float64, float64) {
+	out := map[string]float64{}
+	total := 0.0
+	for k, v := range cpu {
+		us := v * 1e6 / float64(n)
+		total += us
+		if us >= 0.05 {
+			out[k] = math.Round(us*10) / 10
+		}
+	}
+	return out, math.Round(total*10) / 10
 }
 
 // huge fans out the 5,000,000-recipient event and reports the largest
