@@ -1,8 +1,9 @@
 // Command dev runs the whole fanout stack on this machine and a demo:
 // the Temporal dev server (UI on :8233), the embedded kfake broker on :9092,
 // redis-server, the worker and bridge binaries as separate processes, a
-// loopback recipients source and webhook sink, and a publisher of sample
-// events. It prints live progress; Ctrl-C stops everything.
+// loopback recipients source (:8090), the webhook sink as its own process
+// (:8091, as a real destination runs), and a publisher of sample events. It
+// prints live progress, read from the sink; Ctrl-C stops everything.
 //
 //	go tool task dev                 # run until Ctrl-C
 //	go tool task dev -- -exit-when-done
@@ -30,9 +31,9 @@ import (
 )
 
 type flags struct {
-	temporalPort, uiPort, kafkaPort, redisPort, demoPort int
-	big, small                                           int
-	exitWhenDone                                         bool
+	temporalPort, uiPort, kafkaPort, redisPort, demoPort, sinkPort int
+	big, small                                                     int
+	exitWhenDone                                                   bool
 }
 
 func main() {
@@ -41,7 +42,8 @@ func main() {
 	flag.IntVar(&f.uiPort, "ui-port", 8233, "Temporal Web UI port")
 	flag.IntVar(&f.kafkaPort, "kafka-port", 9092, "kfake broker port")
 	flag.IntVar(&f.redisPort, "redis-port", 6379, "redis-server port")
-	flag.IntVar(&f.demoPort, "demo-port", 8090, "demo recipients source and sink port")
+	flag.IntVar(&f.demoPort, "demo-port", 8090, "demo recipients source port")
+	flag.IntVar(&f.sinkPort, "sink-port", 8091, "webhook sink process port")
 	flag.IntVar(&f.big, "big", 100_000, "recipients of the big demo event")
 	flag.IntVar(&f.small, "small", 10, "number of small demo events (10 to 1,000 recipients)")
 	flag.BoolVar(&f.exitWhenDone, "exit-when-done", false, "stop everything once the demo events completed")
@@ -63,7 +65,7 @@ func run(f flags) error {
 	if err != nil {
 		return err
 	}
-	for name, p := range map[string]int{"temporal": f.temporalPort, "ui": f.uiPort, "kafka": f.kafkaPort, "redis": f.redisPort, "demo": f.demoPort} {
+	for name, p := range map[string]int{"temporal": f.temporalPort, "ui": f.uiPort, "kafka": f.kafkaPort, "redis": f.redisPort, "demo": f.demoPort, "sink": f.sinkPort} {
 		if !stack.PortFree(p) {
 			return fmt.Errorf("port %d (%s) is in use: stop what holds it or pass -%s-port", p, name, name)
 		}
@@ -71,7 +73,7 @@ func run(f flags) error {
 	s, err := stack.Start(ctx, stack.Options{
 		Dir: filepath.Join(root, ".dev"), LogDir: filepath.Join(root, ".dev", "logs"),
 		TemporalPort: f.temporalPort, UIPort: f.uiPort, KafkaPort: f.kafkaPort, RedisPort: f.redisPort, DemoPort: f.demoPort,
-		Log: os.Stdout,
+		SinkProcess: true, SinkPort: f.sinkPort, Log: os.Stdout,
 	})
 	if err != nil {
 		return err
@@ -83,13 +85,13 @@ func run(f flags) error {
 	say("temporal dev server on %s, Web UI on http://localhost:%d", s.TemporalAddr, f.uiPort)
 	say("redis-server on %s", s.RedisAddr)
 	say("kfake Kafka broker on %s (topics %s, %s)", s.KafkaAddr, starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic)
-	say("demo recipients source %s/recipients, webhook sink %s/deliver", s.DemoURL, s.DemoURL)
+	say("demo recipients source %s/recipients; webhook sink process %s/deliver (counts: %s/stats)", s.DemoURL, s.SinkURL, s.SinkURL)
 
 	say("building the worker and starter binaries into .bin/")
 	if err := s.Build(ctx); err != nil {
 		return err
 	}
-	procs := []string{"temporal", "redis", "worker-events", "worker-delivery", "bridge"}
+	procs := []string{"temporal", "redis", "sink", "worker-events", "worker-delivery", "bridge"}
 	for _, w := range []struct{ name, queues string }{
 		{"worker-events", "events"},
 		{"worker-delivery", "high,normal,low"},
@@ -128,7 +130,6 @@ func demoEvents(stamp string, big, small int) []stack.Event {
 // watch prints progress every two seconds until ctx is done (or, with
 // exitWhenDone, until every demo event completed).
 func watch(ctx context.Context, s *stack.Stack, evs []stack.Event, procs []string, exitWhenDone bool) error {
-	sink := s.Sink
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
@@ -146,39 +147,68 @@ func watch(ctx context.Context, s *stack.Stack, evs []stack.Event, procs []strin
 				return fmt.Errorf("%s exited; see .dev/logs/%s.log", name, name)
 			}
 		}
-		started, completed := 0, 0
-		for i, e := range evs {
-			d, err := s.TC.DescribeWorkflowExecution(ctx, stack.WorkflowID(e.ID), "")
-			if err != nil {
-				continue
-			}
-			started++
-			if d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-				completed++
-				if i == 0 && !bigDone {
-					bigDone = true
-					say("the %d-recipient event completed in %v (publish to last delivery %v)", e.Audience,
-						time.Since(start).Round(100*time.Millisecond), sink.Event(e.ID).Last.Sub(start).Round(100*time.Millisecond))
-				}
-			}
+		started, completed, bigCompleted := progress(ctx, s, evs)
+		tot, err := s.SinkClient.Totals(ctx)
+		if err != nil {
+			say("reading the sink: %v", err)
+			continue
 		}
-		total := sink.Total()
+		big, err := s.SinkClient.Event(ctx, evs[0].ID)
+		if err != nil {
+			say("reading the sink: %v", err)
+			continue
+		}
+		if bigCompleted && !bigDone {
+			bigDone = true
+			say("the %d-recipient event completed in %v (publish to last delivery %v)", evs[0].Audience,
+				time.Since(start).Round(100*time.Millisecond), big.Last.Sub(start).Round(100*time.Millisecond))
+		}
 		now := time.Now()
-		rate := float64(total-lastTotal) / now.Sub(lastT).Seconds()
-		lastTotal, lastT = total, now
-		big := sink.Event(evs[0].ID)
+		rate := float64(tot.Deliveries-lastTotal) / now.Sub(lastT).Seconds()
+		lastTotal, lastT = tot.Deliveries, now
 		say("events started %d/%d completed %d/%d | deliveries %s (%.0f/s) duplicates %d | big event %s/%s",
-			started, len(evs), completed, len(evs), human(total), rate, sink.Duplicates(), human(int64(big.Unique)), human(int64(evs[0].Audience)))
+			started, len(evs), completed, len(evs), human(tot.Deliveries), rate, tot.Duplicates, human(int64(big.Unique)), human(int64(evs[0].Audience)))
 		if completed == len(evs) && exitWhenDone {
 			say("all demo events completed in %v", time.Since(start).Round(100*time.Millisecond))
-			for _, e := range evs {
-				if got := sink.Event(e.ID); got.Unique != e.Audience {
-					return errors.New("event " + e.ID + " reached " + strconv.Itoa(got.Unique) + " of " + strconv.Itoa(e.Audience) + " recipients")
-				}
-			}
-			return nil
+			return checkDelivered(ctx, s, evs)
 		}
 	}
+}
+
+// progress counts the demo events whose workflow started and completed, and
+// reports whether the big one (the first) completed.
+func progress(ctx context.Context, s *stack.Stack, evs []stack.Event) (started, completed int, bigCompleted bool) {
+	for i, e := range evs {
+		d, err := s.TC.DescribeWorkflowExecution(ctx, stack.WorkflowID(e.ID), "")
+		if err != nil {
+			continue
+		}
+		started++
+		if d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			completed++
+			bigCompleted = bigCompleted || i == 0
+		}
+	}
+	return started, completed, bigCompleted
+}
+
+// checkDelivered checks at the sink that every demo event reached its
+// whole audience.
+func checkDelivered(ctx context.Context, s *stack.Stack, evs []stack.Event) error {
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		ids[i] = e.ID
+	}
+	got, err := s.SinkClient.Events(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		if n := got[e.ID].Unique; n != e.Audience {
+			return errors.New("event " + e.ID + " reached " + strconv.Itoa(n) + " of " + strconv.Itoa(e.Audience) + " recipients")
+		}
+	}
+	return nil
 }
 
 func human(n int64) string {
