@@ -7,7 +7,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
@@ -26,6 +30,7 @@ import (
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
 	"github.com/fanout/fanout/workflows"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // testStack is the package's shared real stack, with the workers and the
@@ -70,14 +75,17 @@ func run(m *testing.M) (int, error) {
 	defer s.Close()
 
 	reg := fanout.NewRegistry()
-	reg.MustRegister(webhook.EventType, &webhook.Handler{
+	hook := &webhook.Handler{
 		RecipientsURL: s.DemoURL + "/recipients",
 		// The demo and the tests' servers listen on 127.0.0.1; the hostile
 		// input tests stand for internal services on 127.0.0.2, which the
 		// guard must refuse.
 		Client:             webhook.NewClient(10*time.Second, 256, netip.MustParsePrefix("127.0.0.1/32")),
 		RecipientsURLAllow: []string{"http://127.0.0.1:"},
-	}, stackOptions)
+	}
+	reg.MustRegister(webhook.EventType, hook, stackOptions)
+	reg.MustRegister(otherType, hook, stackOptions)
+	reg.MustRegister(bigType, bigMessages{hook}, stackOptions)
 	stopWorkers := s.RunWorkers(workers.Options{Registry: reg, Logger: logger})
 	defer stopWorkers()
 
@@ -87,11 +95,35 @@ func run(m *testing.M) (int, error) {
 	return m.Run(), nil
 }
 
+// Event types of the stack beside the webhook type, for the hostile input
+// tests.
+const (
+	// otherType is a second webhook type: events of both types may share an id.
+	otherType = "webhook-b"
+	// bigType delivers like the webhook type, with a message as large as
+	// the payload's message_bytes says (up to fanout.MaxMessageBytes).
+	bigType = "big-message"
+)
+
+// bigMessages is the handler of bigType.
+type bigMessages struct{ *webhook.Handler }
+
+func (bigMessages) GenerateMessage(_ context.Context, ev fanout.Event) (fanout.Message, error) {
+	var p struct {
+		MessageBytes int `json:"message_bytes"`
+	}
+	if err := json.Unmarshal(ev.Payload, &p); err != nil {
+		return fanout.Message{}, fanout.Permanent(err)
+	}
+	const ct = "application/octet-stream"
+	return fanout.Message{ContentType: ct, Body: bytes.Repeat([]byte{0xff}, max(p.MessageBytes-len(ct), 0))}, nil
+}
+
 // startBridge runs the bridge in this process; its client also runs the
 // events worker, so it starts workflows eagerly.
 func (s *testStack) startBridge() {
 	s.bridge, s.stopBridge = s.RunBridge(starter.Config{
-		Validator: starter.Validator{Types: []string{webhook.EventType}, MaxPayloadBytes: 4096},
+		Validator: starter.Validator{Types: []string{webhook.EventType, otherType, bigType}, MaxPayloadBytes: 4096},
 		Logger:    s.logger,
 		Eager:     true,
 	})
@@ -116,6 +148,30 @@ func (s *testStack) waitResult(t *testing.T, eventID string, timeout time.Durati
 		t.Fatal(err)
 	}
 	return res
+}
+
+// publishEnvelopes writes envelopes of any type to the events topic.
+func (s *testStack) publishEnvelopes(t *testing.T, envs ...starter.Envelope) {
+	t.Helper()
+	if err := s.Publisher.Publish(context.Background(), envs...); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+// waitTyped waits for the Fanout workflow of an event of any type to be
+// started and to end, and returns its result (or its error).
+func (s *testStack) waitTyped(eventType, eventID string, timeout time.Duration) (workflows.FanoutResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		var res workflows.FanoutResult
+		err := s.TC.GetWorkflow(ctx, vocab.WorkflowID(eventType, eventID), "").Get(ctx, &res)
+		var nf *serviceerror.NotFound
+		if !errors.As(err, &nf) || ctx.Err() != nil {
+			return res, err
+		}
+		time.Sleep(100 * time.Millisecond) // not started yet
+	}
 }
 
 // runs counts the executions (runs, not continued-as-new ones) of a workflow id.
