@@ -5,11 +5,13 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,5 +354,49 @@ func TestEventsDLQRefusesDeadLetter(t *testing.T) {
 	}
 	if len(found.Value) != 0 || h[starter.HeaderReason] != starter.ReasonUnknownType || h[starter.HeaderTruncated] != strconv.Itoa(len(bad)) || h[starter.HeaderSourceOffset] == "" {
 		t.Errorf("dead letter: value %d bytes, headers %v", len(found.Value), h)
+	}
+}
+
+// The endless audiences of issue 10, item 1: an endpoint that hands out a
+// fresh cursor forever, and one whose audience never ends. Paging stops at
+// the type's MaxPages or MaxRecipients, what was found is delivered once,
+// and the event fails with the reason.
+func TestEndlessAudiences(t *testing.T) {
+	for _, c := range []struct {
+		name, reason string
+		perPage      int
+		pages        int64 // pages asked before paging stops
+	}{
+		{"cursor-forever", "too_many_pages", 3, int64(boundedOptions.MaxPages)},
+		{"audience-forever", "too_many_recipients", boundedOptions.PageSize, boundedOptions.MaxRecipients/int64(boundedOptions.PageSize) + 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := "endless-" + c.name + "-" + runID
+			dest := newRecorder(t, boundedType, "endless", 0)
+			var pages atomic.Int64
+			endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
+				p := pages.Add(1)
+				page := fanout.Page{NextCursor: "c" + strconv.FormatInt(p, 10)}
+				for i := range c.perPage {
+					page.Recipients = append(page.Recipients, fanout.Recipient{ID: fmt.Sprintf("p%d-r%d", p, i), Address: dest.URL + "/hook"})
+				}
+				json.NewEncoder(w).Encode(page)
+			})
+			st.publishEnvelopes(t, starter.Envelope{ID: id, Type: boundedType, Payload: webhookPayload(t, "endless", endpoint.URL)})
+			res, err := st.waitTyped(boundedType, id, 2*time.Minute)
+			if err == nil || !strings.Contains(err.Error(), c.reason) {
+				t.Fatalf("event %s: %+v %v; want it failed with %s", id, res.Progress, err, c.reason)
+			}
+			if n := endpoint.hits.Load(); n != c.pages {
+				t.Errorf("the endpoint was asked %d pages, want %d", n, c.pages)
+			}
+			var want []string
+			for p := range c.pages {
+				for i := range c.perPage {
+					want = append(want, fmt.Sprintf("p%d-r%d", p+1, i))
+				}
+			}
+			dest.check(t, "destination", want)
+		})
 	}
 }

@@ -86,6 +86,7 @@ func run(m *testing.M) (int, error) {
 	reg.MustRegister(webhook.EventType, hook, stackOptions)
 	reg.MustRegister(otherType, hook, stackOptions)
 	reg.MustRegister(bigType, bigMessages{hook}, stackOptions)
+	reg.MustRegister(boundedType, hook, boundedOptions)
 	stopWorkers := s.RunWorkers(workers.Options{Registry: reg, Logger: logger})
 	defer stopWorkers()
 
@@ -103,7 +104,12 @@ const (
 	// bigType delivers like the webhook type, with a message as large as
 	// the payload's message_bytes says (up to fanout.MaxMessageBytes).
 	bigType = "big-message"
+	// boundedType bounds an event's audience (boundedOptions).
+	boundedType = "webhook-bounded"
 )
+
+// boundedOptions: at most 10 pages of 200 and 1,000 recipients an event.
+var boundedOptions = fanout.TypeOptions{BatchSize: 200, PageSize: 200, Window: 4, MaxPages: 10, MaxRecipients: 1000}
 
 // bigMessages is the handler of bigType.
 type bigMessages struct{ *webhook.Handler }
@@ -123,7 +129,7 @@ func (bigMessages) GenerateMessage(_ context.Context, ev fanout.Event) (fanout.M
 // events worker, so it starts workflows eagerly.
 func (s *testStack) startBridge() {
 	s.bridge, s.stopBridge = s.RunBridge(starter.Config{
-		Validator: starter.Validator{Types: []string{webhook.EventType, otherType, bigType}, MaxPayloadBytes: 4096},
+		Validator: starter.Validator{Types: []string{webhook.EventType, otherType, bigType, boundedType}, MaxPayloadBytes: 4096},
 		Logger:    s.logger,
 		Eager:     true,
 	})
