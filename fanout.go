@@ -246,4 +246,11 @@ const (
 	MaxMessageBytes = 512 << 10
 	// MaxAddressLen bounds a recipient's address.
 	MaxAddressLen = 4096
+	// MaxPageBytes bounds the ids and addresses of one recipients page,
+	// whatever the handler (the webhook type also reads at most this many
+	// bytes of a page). A larger page fails the event with page_too_large.
+	MaxPageBytes = 8 << 20
+	// MaxCursorLen bounds a page's next cursor: it is kept in the event's
+	// workflow state and history.
+	MaxCursorLen = 4096
 )

@@ -154,8 +154,20 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 	if len(p.Recipients) == 0 && p.NextCursor != "" && p.NextCursor == in.Cursor {
 		return PageResult{}, temporal.NewNonRetryableApplicationError("get_recipients returned the same cursor with an empty page", "CursorLoop", nil)
 	}
+	if len(p.NextCursor) > fanout.MaxCursorLen {
+		return PageResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("invalid_cursor: get_recipients returned a cursor of %d bytes, over %d", len(p.NextCursor), fanout.MaxCursorLen), "InvalidCursor", nil)
+	}
+	size := pageBytes(p)
+	if size > fanout.MaxPageBytes {
+		return PageResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("page_too_large: get_recipients returned a page of %d bytes of ids and addresses, over %d", size, fanout.MaxPageBytes), "PageTooLarge", nil)
+	}
 	res := PageResult{Recipients: p.Recipients, NextCursor: p.NextCursor, Count: len(p.Recipients)}
-	single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
+	// A page goes back to the workflow whole only when it is one small
+	// batch; a heavy one (long addresses) is staged like a big page, so
+	// no activity result or batch input nears Temporal's payload limit.
+	single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize && size <= maxInlinePageBytes
 	if a.Staging == nil || in.BatchSize <= 0 || single || len(p.Recipients) == 0 {
 		return res, nil
 	}
@@ -172,6 +184,19 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 	}
 	res.Recipients = nil
 	return res, nil
+}
+
+// maxInlinePageBytes is the most of a page's ids and addresses that goes
+// back to the workflow inline (Temporal warns at 512 KiB payloads).
+const maxInlinePageBytes = 256 << 10
+
+// pageBytes counts the ids, addresses and cursor of page p.
+func pageBytes(p fanout.Page) int {
+	n := len(p.NextCursor)
+	for _, r := range p.Recipients {
+		n += len(r.ID) + len(r.Address)
+	}
+	return n
 }
 
 // loadBatch returns the recipients of the batch: Recipients, or the staged

@@ -310,3 +310,60 @@ func TestEventsOfTwoTypesShareNoKey(t *testing.T) {
 		t.Error("the two events' batch 0 share an attempt id")
 	}
 }
+
+// TestHeavyPagesAreBounded: a Go handler's page is bounded in bytes like the
+// webhook type's: over fanout.MaxPageBytes of ids and addresses, or with a
+// cursor over fanout.MaxCursorLen, it fails for good with the reason; a
+// page of one batch with long addresses is staged in Redis instead of
+// riding back to the workflow inline.
+func TestHeavyPagesAreBounded(t *testing.T) {
+	addr := "https://example.com/" + strings.Repeat("a", fanout.MaxAddressLen-20)
+	page := func(n int, cursor string) fanout.Page {
+		p := fanout.Page{NextCursor: cursor}
+		for i := range n {
+			p.Recipients = append(p.Recipients, fanout.Recipient{ID: "r" + strconv.Itoa(i), Address: addr})
+		}
+		return p
+	}
+	var next fanout.Page
+	reg := fanout.NewRegistry()
+	reg.MustRegister("heavy", fanout.HandlerFuncs{
+		GetRecipientsFunc: func(context.Context, fanout.Event, string, int) (fanout.Page, error) { return next, nil },
+	}, fanout.TypeOptions{})
+	acts := &activities.Activities{Registry: reg, Staging: staging.New(rdb, time.Hour)}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	in := activities.RecipientsPageInput{Event: fanout.Event{ID: "heavy-page", Type: "heavy"}, Limit: 5000, BatchSize: 5000}
+
+	for _, c := range []struct {
+		name, errType string
+		page          fanout.Page
+	}{
+		{"over MaxPageBytes", "PageTooLarge", page(fanout.MaxPageBytes/fanout.MaxAddressLen+1, "")},
+		{"cursor over MaxCursorLen", "InvalidCursor", page(1, strings.Repeat("c", fanout.MaxCursorLen+1))},
+	} {
+		next = c.page
+		_, err := env.ExecuteActivity(acts.RecipientsPage, in)
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) || !ae.NonRetryable() || ae.Type() != c.errType {
+			t.Errorf("%s: %v, want a non-retryable %s", c.name, err, c.errType)
+		}
+	}
+
+	next = page(100, "") // 400 KiB: one batch, staged
+	v, err := env.ExecuteActivity(acts.RecipientsPage, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res activities.PageResult
+	if err := v.Get(&res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Recipients) != 0 || len(res.Batches) != 1 || res.Batches[0].Count != 100 {
+		t.Fatalf("a 400 KiB page of one batch: %d inline, %d batches; want it staged", len(res.Recipients), len(res.Batches))
+	}
+	if rs, ok, err := acts.Staging.Load(context.Background(), res.Batches[0].Key); err != nil || !ok || len(rs) != 100 {
+		t.Fatalf("staged batch: %d recipients, %v %v", len(rs), ok, err)
+	}
+}

@@ -68,7 +68,7 @@ type Handler struct {
 // Bounds of what a destination may send back.
 const (
 	// MaxPageBytes is the largest recipients page read.
-	MaxPageBytes = 8 << 20
+	MaxPageBytes = fanout.MaxPageBytes
 	// maxRedirects is how many redirects a request follows.
 	maxRedirects = 3
 	// maxRetryAfter caps a Retry-After (a bigger one overflowed before).
