@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -203,14 +204,17 @@ func TestTerminatedBatchIsDeadLettered(t *testing.T) {
 	}
 }
 
-// A recipients endpoint that answers with a page over the 8 MiB bound (one
-// recipient with a 9 MiB address): the page is not read whole, the event
-// fails with page_too_large, and the activity is not retried.
+// A recipients endpoint that answers with a page far over the 8 MiB bound
+// (one recipient with a 200 MiB address, which allocated ~700 MiB in the
+// events worker before): the page is not read whole (this process, which
+// runs the workers, allocates a fraction of it), the event fails with
+// page_too_large, and the activity is not retried.
 func TestHostileHugePage(t *testing.T) {
+	const pageMiB = 200
 	endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://127.0.0.1:1/`))
 		chunk := []byte(strings.Repeat("a", 1<<20))
-		for range 9 {
+		for range pageMiB {
 			if _, err := w.Write(chunk); err != nil {
 				return
 			}
@@ -218,12 +222,21 @@ func TestHostileHugePage(t *testing.T) {
 		w.Write([]byte(`"}]}`))
 	})
 	id := "hostile-page-" + runID
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	st.publish(t, stack.Event{ID: id, RecipientsURL: endpoint.URL + "/recipients"})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := st.Wait(ctx, id)
+	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), "page_too_large") {
-		t.Fatalf("event with a 9 MiB page: %v, want it failed with page_too_large", err)
+		t.Fatalf("event with a %d MiB page: %v, want it failed with page_too_large", pageMiB, err)
+	}
+	// The read stops at 8 MiB; the rest is this process's other work.
+	alloc := (after.TotalAlloc - before.TotalAlloc) >> 20
+	t.Logf("allocated %d MiB while the workers refused a %d MiB page", alloc, pageMiB)
+	if alloc > pageMiB/4 {
+		t.Errorf("allocated %d MiB while the workers refused a %d MiB page", alloc, pageMiB)
 	}
 	if n := endpoint.hits.Load(); n != 1 {
 		t.Errorf("the endpoint was asked %d times, want once (a page too large is not retried)", n)
