@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/kafkatopic"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // DefaultDeliveriesDLQTopic is where recipients go after MaxAttempts.
@@ -47,6 +50,69 @@ func (d DeadLetter) withoutMessage() DeadLetter {
 	d.Message = fanout.Message{}
 	d.Event.Headers = nil
 	return d
+}
+
+// MaxDeadLetterBytes bounds a deliveries dead letter as read back: the
+// largest one fanout writes (a fanout.MaxMessageBytes message, base64 in
+// JSON, and bounded ids, address, error and headers) is well under it.
+const MaxDeadLetterBytes = 1 << 20
+
+// maxDeadLetterAttempts bounds a dead letter's attempts (a redrive tries at
+// least as often as the batch did).
+const maxDeadLetterAttempts = 1000
+
+// DecodeDeadLetter reads one deliveries-DLQ record as a redrive does and
+// checks it: anyone who can write to the topic could have written it, and a
+// redrive starts workflows and delivers from what it says. It must be at
+// most MaxDeadLetterBytes of JSON whose event id and type follow the id
+// grammar and match its event, whose attempt id is one of that event's
+// (vocab.AttemptID), whose priority is known or empty, whose recipient id
+// follows the grammar, and whose address and message are within fanout's
+// bounds.
+func DecodeDeadLetter(b []byte) (DeadLetter, error) {
+	var d DeadLetter
+	if len(b) > MaxDeadLetterBytes {
+		return d, fmt.Errorf("dead letter of %d bytes, over %d", len(b), MaxDeadLetterBytes)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter: %w", err)
+	}
+	if err := d.check(); err != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter: %w", err)
+	}
+	return d, nil
+}
+
+func (d DeadLetter) check() error {
+	if err := fanout.ValidateType(d.EventType); err != nil {
+		return err
+	}
+	if err := fanout.ValidateID(d.EventID); err != nil {
+		return err
+	}
+	if d.Event.ID != d.EventID || d.Event.Type != d.EventType {
+		return errors.New("event_id and event_type differ from the event's")
+	}
+	rest, ok := strings.CutPrefix(d.AttemptID, vocab.EventKey(d.EventType, d.EventID)+"#")
+	if n, err := strconv.Atoi(rest); !ok || err != nil || n < 0 || strconv.Itoa(n) != rest {
+		return fmt.Errorf("attempt_id %.64q is not one of the event's", d.AttemptID)
+	}
+	if d.Priority != "" && !d.Priority.Valid() {
+		return fmt.Errorf("priority %.16q", d.Priority)
+	}
+	if err := fanout.ValidateID(d.Recipient.ID); err != nil {
+		return fmt.Errorf("recipient: %w", err)
+	}
+	if len(d.Recipient.Address) > fanout.MaxAddressLen {
+		return fmt.Errorf("recipient address of %d bytes, over %d", len(d.Recipient.Address), fanout.MaxAddressLen)
+	}
+	if n := len(d.Message.Body) + len(d.Message.ContentType); n > fanout.MaxMessageBytes {
+		return fmt.Errorf("message of %d bytes, over %d", n, fanout.MaxMessageBytes)
+	}
+	if d.Attempts < 0 || d.Attempts > maxDeadLetterAttempts || d.MessageOmitted < 0 {
+		return fmt.Errorf("attempts %d or message_omitted %d out of range", d.Attempts, d.MessageOmitted)
+	}
+	return nil
 }
 
 // DeadLetterPublisher publishes dead letters (the deliveries DLQ topic).

@@ -10,7 +10,6 @@ package starter
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -71,6 +70,9 @@ type RedriveResult struct {
 	// DLQ topic refused them whole) and no other dead letter of their batch
 	// holds it: they stay in the DLQ, and the log names their event.
 	Unredrivable int
+	// Invalid records of the topic are not dead letters fanout wrote
+	// (activities.DecodeDeadLetter refused them): left in the DLQ.
+	Invalid int
 }
 
 type redriveGroup struct {
@@ -89,14 +91,20 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 	if o.Round == "" {
 		o.Round = time.Now().UTC().Format("20060102T150405Z")
 	}
+	if err := fanout.ValidateID(o.Round); err != nil {
+		return RedriveResult{}, fmt.Errorf("redrive round: %w", err)
+	}
 	groups := map[string]*redriveGroup{}
 	var order []string
 	seen := map[string]bool{}
 	var res RedriveResult
 	err := kafkatopic.ReadAll(ctx, o.Brokers, o.Topic, func(m kafka.Message) error {
-		var d activities.DeadLetter
-		if err := json.Unmarshal(m.Value, &d); err != nil {
-			return nil // not ours; leave it
+		d, err := activities.DecodeDeadLetter(m.Value)
+		if err != nil {
+			// Not one fanout wrote: leave it, and say so.
+			res.Invalid++
+			slog.Warn("not a valid dead letter; left in the DLQ", "partition", m.Partition, "offset", m.Offset, "err", err)
+			return nil
 		}
 		if !o.Filter.Match(d) {
 			return nil

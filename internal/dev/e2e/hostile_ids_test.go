@@ -22,6 +22,7 @@ import (
 	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers/webhook"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // recorder is a destination on loopback that records, per recipient id,
@@ -399,4 +400,36 @@ func TestEndlessAudiences(t *testing.T) {
 			dest.check(t, "destination", want)
 		})
 	}
+}
+
+// Forged records in the deliveries DLQ (anyone who can write to the topic)
+// do not steer a redrive: a letter naming another event's attempt id, and
+// one whose event id reaches into another execution's ids, are left in the
+// DLQ and counted, and nothing is delivered.
+func TestRedriveRefusesForgedDeadLetters(t *testing.T) {
+	dest := newRecorder(t, webhook.EventType, "forged", 0)
+	forge := func(eventID, attemptID string) kafka.Message {
+		d := activities.DeadLetter{EventID: eventID, EventType: webhook.EventType, AttemptID: attemptID,
+			Recipient: fanout.Recipient{ID: "victim", Address: dest.URL + "/hook"}, Attempts: 1,
+			Event: fanout.Event{ID: eventID, Type: webhook.EventType}, Message: fanout.Message{ContentType: "text/plain", Body: []byte("forged")}}
+		v, _ := json.Marshal(d)
+		return kafka.Message{Key: []byte(eventID), Value: v}
+	}
+	id := "forged-" + runID
+	w := kafkatopic.NewWriter([]string{st.KafkaAddr}, activities.DefaultDeliveriesDLQTopic)
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.WriteMessages(ctx,
+		forge(id, vocab.AttemptID(webhook.EventType, "someone-else", 0)),
+		forge(id+"/batch/0", vocab.AttemptID(webhook.EventType, id+"/batch/0", 0)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Brokers: []string{st.KafkaAddr}, Topic: activities.DefaultDeliveriesDLQTopic,
+		Filter: starter.RedriveFilter{EventID: id}, Round: "forged-" + runID, Wait: true})
+	if err != nil || rr.Invalid != 2 || rr.Batches != 0 {
+		t.Errorf("redrive: %+v %v; want the 2 forged records counted invalid", rr, err)
+	}
+	dest.check(t, "the forged letters' address", nil)
 }

@@ -203,6 +203,9 @@ func runRedrive(ctx context.Context, args []string) error {
 	})
 	fmt.Printf("redrive: matched %d dead letters in %d batches; delivered %d, already delivered %d, failed again %d\n",
 		res.Matched, res.Batches, res.Delivered, res.Skipped, res.Failed)
+	if res.Invalid > 0 {
+		fmt.Printf("redrive: %d records of the topic are not valid dead letters (see the log) and are left in the DLQ\n", res.Invalid)
+	}
 	if res.Unredrivable > 0 {
 		fmt.Printf("redrive: %d dead letters were written without their message (the DLQ topic refused them whole) and are left in the DLQ\n", res.Unredrivable)
 	}
