@@ -55,10 +55,13 @@ type Row struct {
 	CPURatioOf string  `json:"cpu_ratio_of,omitempty"`
 	// SinkTimeWait counts the TCP sockets in TIME_WAIT towards the sink
 	// after the scenario, SinkTimeWaitPeak the most seen during it (sampled
-	// every 2 s): connections closed instead of reused.
-	SinkTimeWait     *int   `json:"sink_time_wait,omitempty"`
-	SinkTimeWaitPeak *int   `json:"sink_time_wait_peak,omitempty"`
-	Notes            string `json:"notes,omitempty"`
+	// every 2 s) and SinkTimeWaitBefore those left from earlier scenarios
+	// (a socket stays in TIME_WAIT for a minute): connections closed
+	// instead of reused.
+	SinkTimeWait       *int   `json:"sink_time_wait,omitempty"`
+	SinkTimeWaitPeak   *int   `json:"sink_time_wait_peak,omitempty"`
+	SinkTimeWaitBefore *int   `json:"sink_time_wait_before,omitempty"`
+	Notes              string `json:"notes,omitempty"`
 }
 
 // Sizes of the scenarios at scale 1.
@@ -187,7 +190,7 @@ func printTable(w io.Writer, rows []Row) {
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
 			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratioOf(r.Ratio, r.RatioOf),
-			cpuCell(r), rss(r.PeakRSSMB), rss(r.CPUSeconds), r.Notes)
+			cpuCell(r), perProc(r.PeakRSSMB, "%.0f"), perProc(r.CPUSeconds, "%.1f"), r.Notes)
 	}
 	tw.Flush()
 	printCPUTable(w, rows)
@@ -259,7 +262,8 @@ func num(f float64) string {
 	return fmt.Sprintf("%.0f", f)
 }
 
-func rss(m map[string]float64) string {
+// perProc prints a value per process, sorted by process, in format f.
+func perProc(m map[string]float64, f string) string {
 	if len(m) == 0 {
 		return "-"
 	}
@@ -270,7 +274,7 @@ func rss(m map[string]float64) string {
 	slices.Sort(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
+		parts[i] = k + " " + fmt.Sprintf(f, m[k])
 	}
 	return strings.Join(parts, ", ")
 }

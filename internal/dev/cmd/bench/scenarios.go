@@ -151,21 +151,21 @@ func (b *bench) waitDelivered(ctx context.Context, label string, evs []stack.Eve
 func (b *bench) heavyRun(ctx context.Context, label string, n int) (Row, error) {
 	ev := stack.Event{ID: b.id(label), Audience: n, Priority: fanout.PriorityNormal}
 	b.lastHeavy = ev.ID
-	stopTW := b.sampleTimeWait()
+	tw := b.startTimeWait()
 	cpu0 := b.cpuTimes()
 	t0 := time.Now()
 	if err := b.st.Publish(ctx, ev); err != nil {
-		stopTW()
+		tw.stop()
 		return Row{}, err
 	}
 	done, err := b.waitDelivered(ctx, label, []stack.Event{ev}, 60*time.Minute)
 	if err != nil {
-		stopTW()
+		tw.stop()
 		return Row{}, err
 	}
 	res, err := b.st.Wait(ctx, ev.ID)
 	cpu := diffCPU(cpu0, b.cpuTimes())
-	peakTW := stopTW()
+	tw.stop()
 	if err != nil {
 		return Row{}, err
 	}
@@ -179,12 +179,7 @@ func (b *bench) heavyRun(ctx context.Context, label string, n int) (Row, error) 
 		Notes: fmt.Sprintf("%d batches, %d runs, %d duplicates at the sink", res.BatchesStarted, res.Runs, sink.Deliveries-sink.Unique),
 	}
 	r.CPUUsPerDelivery, r.CPUUsPerDeliveryTotal = perDelivery(cpu, n)
-	if tw, err := b.sinkTimeWait(); err == nil {
-		r.SinkTimeWait, r.SinkTimeWaitPeak = &tw, &peakTW
-		r.Notes += fmt.Sprintf("; TIME_WAIT towards the sink: %d after, %d at peak", tw, peakTW)
-	} else {
-		fmt.Fprintf(b.out, "[bench %s] TIME_WAIT not read: %v\n", label, err)
-	}
+	tw.record(&r)
 	return r, nil
 }
 
@@ -219,6 +214,7 @@ func (b *bench) floor(ctx context.Context) (Row, error) {
 	eventID, url := b.id("floor"), b.st.SinkURL+"/deliver"
 	var next, delivered atomic.Int64
 	stopProgress := b.progress("floor", n, func() int { return int(delivered.Load()) })
+	tw := b.startTimeWait()
 	cpu0 := b.cpuTimes()
 	t0 := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -236,6 +232,7 @@ func (b *bench) floor(ctx context.Context) (Row, error) {
 	err := g.Wait()
 	secs := time.Since(t0).Seconds()
 	cpu := diffCPU(cpu0, b.cpuTimes())
+	tw.stop()
 	stopProgress()
 	if err != nil {
 		return Row{}, err
@@ -255,10 +252,7 @@ func (b *bench) floor(ctx context.Context) (Row, error) {
 	if b.heavyCPU > 0 {
 		r.CPURatio, r.CPURatioOf = b.heavyCPU/b.floorCPU, "heavy/floor"
 	}
-	if tw, err := b.sinkTimeWait(); err == nil {
-		r.SinkTimeWait = &tw
-		r.Notes += fmt.Sprintf("; TIME_WAIT towards the sink after: %d", tw)
-	}
+	tw.record(&r)
 	return r, nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -67,33 +66,57 @@ func countTimeWait(path string, port uint16) (int, error) {
 	return n, sc.Err()
 }
 
-// sampleTimeWait samples sinkTimeWait every two seconds until the returned
-// stop, which returns the largest count seen.
-func (b *bench) sampleTimeWait() (stop func() int) {
-	var peak atomic.Int64
-	sample := func() {
-		if n, err := b.sinkTimeWait(); err == nil && int64(n) > peak.Load() {
-			peak.Store(int64(n))
-		}
-	}
-	done, exited := make(chan struct{}), make(chan struct{})
+// timeWaits follows the TIME_WAIT sockets towards the sink over a run.
+type timeWaits struct {
+	b                   *bench
+	before, peak, after int
+	err                 error
+	done, exited        chan struct{}
+}
+
+// startTimeWait counts the sockets now and samples them every two seconds
+// until stop.
+func (b *bench) startTimeWait() *timeWaits {
+	t := &timeWaits{b: b, done: make(chan struct{}), exited: make(chan struct{})}
+	t.before, t.err = b.sinkTimeWait()
+	t.peak = t.before
 	go func() {
-		defer close(exited)
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
+		defer close(t.exited)
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
 		for {
 			select {
-			case <-done:
+			case <-t.done:
 				return
-			case <-t.C:
-				sample()
+			case <-tick.C:
+				t.sample()
 			}
 		}
 	}()
-	return func() int {
-		close(done)
-		<-exited
-		sample()
-		return int(peak.Load())
+	return t
+}
+
+func (t *timeWaits) sample() {
+	if n, err := t.b.sinkTimeWait(); err == nil {
+		t.peak, t.after = max(t.peak, n), n
+	} else {
+		t.err = err
 	}
+}
+
+// stop ends the sampling and counts the sockets once more.
+func (t *timeWaits) stop() {
+	close(t.done)
+	<-t.exited
+	t.sample()
+}
+
+// record puts the counts in the row.
+func (t *timeWaits) record(r *Row) {
+	if t.err != nil {
+		fmt.Fprintf(t.b.out, "[bench] TIME_WAIT not read: %v\n", t.err)
+		return
+	}
+	r.SinkTimeWait, r.SinkTimeWaitPeak, r.SinkTimeWaitBefore = &t.after, &t.peak, &t.before
+	r.Notes += fmt.Sprintf("; TIME_WAIT towards the sink: %d before, %d at peak, %d after", t.before, t.peak, t.after)
 }
