@@ -70,6 +70,7 @@ func run(f flags) error {
 			return fmt.Errorf("port %d (%s) is in use: stop what holds it or pass -%s-port", p, name, name)
 		}
 	}
+	say("building the worker, starter and sink binaries into .bin/ and starting the stack")
 	s, err := stack.Start(ctx, stack.Options{
 		Dir: filepath.Join(root, ".dev"), LogDir: filepath.Join(root, ".dev", "logs"),
 		TemporalPort: f.temporalPort, UIPort: f.uiPort, KafkaPort: f.kafkaPort, RedisPort: f.redisPort, DemoPort: f.demoPort,
@@ -87,8 +88,7 @@ func run(f flags) error {
 	say("kfake Kafka broker on %s (topics %s, %s)", s.KafkaAddr, starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic)
 	say("demo recipients source %s/recipients; webhook sink process %s/deliver (counts: %s/stats)", s.DemoURL, s.SinkURL, s.SinkURL)
 
-	say("building the worker and starter binaries into .bin/")
-	if err := s.Build(ctx); err != nil {
+	if err := s.Build(ctx); err != nil { // done by Start for the sink; a no-op then
 		return err
 	}
 	procs := []string{"temporal", "redis", "sink", "worker-events", "worker-delivery", "bridge"}
