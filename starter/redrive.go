@@ -10,9 +10,11 @@ package starter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -193,24 +195,46 @@ type RedriveEventsOptions struct {
 	Rate   float64
 }
 
-// RedriveEvents re-publishes records of the events DLQ to the events topic, with
-// their original key and headers (the fanout-dlq-* headers removed).
-func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (int, error) {
+// RedriveEventsResult of an events-DLQ redrive.
+type RedriveEventsResult struct {
+	// Republished records, FromSource of them read back whole from their
+	// source topic because their dead letter was cut.
+	Republished, FromSource int
+	// Lost are cut dead letters whose original is gone from the source
+	// topic (retention): left in the DLQ.
+	Lost int
+}
+
+// RedriveEvents re-publishes records of the events DLQ to the events topic,
+// with their original key and headers (the fanout-dlq-* headers removed). A
+// dead letter that was cut (HeaderTruncated) is not re-published as it is:
+// the original is read again from its source topic, partition and offset.
+func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (RedriveEventsResult, error) {
 	if o.Rate <= 0 {
 		o.Rate = 100
 	}
 	lim := rate.NewLimiter(rate.Limit(o.Rate), 1)
 	pub := NewPublisher(o.Brokers, o.EventsTopic)
 	defer pub.Close()
-	n := 0
+	var res RedriveEventsResult
 	err := kafkatopic.ReadAll(ctx, o.Brokers, o.DLQTopic, func(m kafka.Message) error {
 		var reason string
+		var cut bool
+		var src source
 		var hs []kafka.Header
 		for _, h := range m.Headers {
 			switch h.Key {
 			case HeaderReason:
 				reason = string(h.Value)
-			case HeaderError, HeaderSourceTopic, HeaderSourcePartition, HeaderSourceOffset, HeaderDeadLetteredAt:
+			case HeaderTruncated:
+				cut = true
+			case HeaderSourceTopic:
+				src.topic = string(h.Value)
+			case HeaderSourcePartition:
+				src.partition, _ = strconv.Atoi(string(h.Value))
+			case HeaderSourceOffset:
+				src.offset, _ = strconv.ParseInt(string(h.Value), 10, 64)
+			case HeaderError, HeaderDeadLetteredAt:
 			default:
 				hs = append(hs, h)
 			}
@@ -218,14 +242,55 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (int, error) {
 		if o.Reason != "" && reason != o.Reason {
 			return nil
 		}
+		out := kafka.Message{Key: m.Key, Value: m.Value, Headers: hs}
+		if cut {
+			orig, err := readOne(ctx, o.Brokers, src)
+			if err != nil {
+				res.Lost++
+				slog.Warn("a cut dead letter's original is not in its source topic; left in the DLQ",
+					"topic", src.topic, "partition", src.partition, "offset", src.offset, "err", err)
+				return nil
+			}
+			out = kafka.Message{Key: orig.Key, Value: orig.Value, Headers: orig.Headers}
+			res.FromSource++
+		}
 		if err := lim.Wait(ctx); err != nil {
 			return err
 		}
-		if err := pub.PublishRecords(ctx, kafka.Message{Key: m.Key, Value: m.Value, Headers: hs}); err != nil {
+		if err := pub.PublishRecords(ctx, out); err != nil {
 			return err
 		}
-		n++
+		res.Republished++
 		return nil
 	})
-	return n, err
+	return res, err
+}
+
+// source is where a dead-lettered record was read.
+type source struct {
+	topic     string
+	partition int
+	offset    int64
+}
+
+// readOne reads the record at src, if the topic still holds it.
+func readOne(ctx context.Context, brokers []string, src source) (kafka.Message, error) {
+	if src.topic == "" {
+		return kafka.Message{}, errors.New("no source topic")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: src.topic, Partition: src.partition, MaxBytes: 10 << 20})
+	defer r.Close()
+	if err := r.SetOffset(src.offset); err != nil {
+		return kafka.Message{}, err
+	}
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		return kafka.Message{}, err
+	}
+	if m.Offset != src.offset {
+		return kafka.Message{}, fmt.Errorf("offset %d is gone (the first readable is %d)", src.offset, m.Offset)
+	}
+	return m, nil
 }

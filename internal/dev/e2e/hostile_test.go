@@ -154,6 +154,30 @@ func TestHostilePoisonRecord(t *testing.T) {
 		t.Errorf("dead letter: reason %q, truncated %q, value %d bytes, error %d bytes, offset %q",
 			h[starter.HeaderReason], h[starter.HeaderTruncated], len(found.Value), len(h[starter.HeaderError]), h[starter.HeaderSourceOffset])
 	}
+
+	// A redrive re-publishes the whole original, read back from the events
+	// topic, not the cut copy (to a scratch topic here: it would only be
+	// dead-lettered again).
+	scratch := "redriven-" + runID
+	if _, err := (&kafka.Client{Addr: kafka.TCP(st.KafkaAddr)}).CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: scratch, NumPartitions: 1, ReplicationFactor: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{Brokers: []string{st.KafkaAddr}, DLQTopic: starter.DefaultEventsDLQTopic,
+		EventsTopic: scratch, Reason: starter.ReasonUnknownType})
+	if err != nil || rr.FromSource < 1 || rr.Lost != 0 {
+		t.Fatalf("redrive-events: %+v %v", rr, err)
+	}
+	var whole []byte
+	err = kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, scratch, func(m kafka.Message) error {
+		if string(m.Key) == key {
+			whole = m.Value
+		}
+		return nil
+	})
+	if err != nil || string(whole) != poison+"\n" && string(whole) != poison {
+		t.Errorf("the redriven poison record: %d bytes (%v), want the original %d", len(whole), err, len(poison))
+	}
 }
 
 // A batch that ends in error is not only counted: terminate one DeliveryBatch

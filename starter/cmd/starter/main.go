@@ -223,9 +223,12 @@ func runRedriveEvents(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	n, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{
+	res, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{
 		Brokers: cfg.Brokers, DLQTopic: cfg.EventsDLQ, EventsTopic: cfg.EventsTopic, Reason: *reason, Rate: *rps,
 	})
-	fmt.Printf("redrive-events: re-published %d records to %s\n", n, cfg.EventsTopic)
+	fmt.Printf("redrive-events: re-published %d records to %s (%d cut dead letters from their source topic)\n", res.Republished, cfg.EventsTopic, res.FromSource)
+	if res.Lost > 0 {
+		fmt.Printf("redrive-events: %d cut dead letters whose original is gone from its source topic are left in the DLQ\n", res.Lost)
+	}
 	return err
 }
