@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -320,8 +321,29 @@ func (w *Worker) Webhook() *webhook.Handler {
 	return &webhook.Handler{
 		RecipientsURL:      w.RecipientsURL,
 		RecipientsURLAllow: w.RecipientsURLAllow,
-		Client:             webhook.NewClient(w.HTTPTimeout, 256, allow...),
+		Client:             webhook.NewClient(w.HTTPTimeout, w.deliveriesInFlight(), allow...),
 	}
+}
+
+// deliveriesInFlight is the most deliveries the process makes at once: the
+// batch slots of each delivery queue it serves times the concurrency of a
+// batch (at least 64, the idle pool of a process serving only events).
+func (w *Worker) deliveriesInFlight() int {
+	conc := w.DeliverConcurrency
+	if conc <= 0 {
+		conc = fanout.DefaultDeliverConcurrency
+	}
+	slots := 0
+	for _, q := range w.Queues {
+		switch q {
+		case vocab.QueueEvents:
+		case string(fanout.PriorityLow):
+			slots += cmp.Or(w.LowPrioritySlots, max(1, w.BatchSlots/4)) // as workers.Run sizes it
+		default:
+			slots += w.BatchSlots
+		}
+	}
+	return max(slots*conc, 64)
 }
 
 // TypeOptions are the stock webhook type's options.

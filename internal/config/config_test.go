@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 )
@@ -281,5 +282,28 @@ func TestBridgeTypesComeFromTheRegistry(t *testing.T) {
 	standalone := b.StarterConfig(rdb, log, nil)
 	if got := standalone.Validator.Types; !reflect.DeepEqual(got, []string{"from-env"}) {
 		t.Errorf("stand-alone bridge accepts %v, want FANOUT_EVENT_TYPES [from-env]", got)
+	}
+}
+
+// TestDeliveriesInFlight: the webhook client's idle pool is sized to the
+// deliveries the process makes at once, so connections are reused instead
+// of closed after most requests (issue 11: a pool of 256 under 512
+// deliveries left thousands of sockets in TIME_WAIT).
+func TestDeliveriesInFlight(t *testing.T) {
+	for _, c := range []struct {
+		queues          []string
+		slots, low, con int
+		want            int
+	}{
+		{[]string{"events", "high", "normal", "low"}, 8, 0, 0, (8 + 8 + 2) * fanout.DefaultDeliverConcurrency},
+		{[]string{"high", "normal"}, 8, 0, 0, 16 * fanout.DefaultDeliverConcurrency},
+		{[]string{"low"}, 8, 5, 100, 500},
+		{[]string{"normal"}, 32, 0, 16, 512},
+		{[]string{"events"}, 8, 0, 0, 64},
+	} {
+		w := Worker{Queues: c.queues, BatchSlots: c.slots, LowPrioritySlots: c.low, DeliverConcurrency: c.con}
+		if got := w.deliveriesInFlight(); got != c.want {
+			t.Errorf("%v, %d slots (low %d), concurrency %d: %d in flight, want %d", c.queues, c.slots, c.low, c.con, got, c.want)
+		}
 	}
 }

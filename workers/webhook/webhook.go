@@ -91,7 +91,11 @@ func ParseAllow(list string) ([]netip.Prefix, error) {
 }
 
 // NewClient returns an HTTP client tuned for many deliveries to few hosts:
-// keep-alive with a large idle pool, and a per-request timeout. Its
+// keep-alive with an idle pool of idlePerHost connections per host, and a
+// per-request timeout. Size idlePerHost to the deliveries the process runs
+// at once (batch slots x concurrency): a smaller pool closes a connection
+// after most requests and opens a new one for the next (connection churn,
+// TIME_WAIT sockets, a handshake per delivery on both sides). Its
 // requests are traced (OpenTelemetry's otelhttp transport with the global
 // tracer and meter providers): each is a client span, a child of the span in
 // the request's context (the DeliverBatch or RecipientsPage activity's), and
@@ -102,12 +106,12 @@ func ParseAllow(list string) ([]netip.Prefix, error) {
 // It connects only to addresses the guard allows: public ones, and those in
 // allow (Loopback in development; a private range the destinations really
 // live on).
-func NewClient(timeout time.Duration, maxConnsPerHost int, allow ...netip.Prefix) *http.Client {
+func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *http.Client {
 	guard := netguard.Policy{Allow: allow}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil // a proxy would dial for us, past the guard
-	t.MaxIdleConns = maxConnsPerHost * 4
-	t.MaxIdleConnsPerHost = maxConnsPerHost
+	t.MaxIdleConns = idlePerHost * 4
+	t.MaxIdleConnsPerHost = idlePerHost
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guard.Control}).DialContext
 	return &http.Client{Timeout: timeout, CheckRedirect: checkRedirect, Transport: otelhttp.NewTransport(t,
 		otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
