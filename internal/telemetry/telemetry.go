@@ -120,7 +120,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // Setup configures OpenTelemetry for a process named serviceName
 // (OTEL_SERVICE_NAME overrides it) and installs the global tracer provider,
 // meter provider and propagator that instrumentation without explicit
-// providers (the activities' metrics, the webhook's otelhttp transport) uses.
+// providers (the activities' metrics, the webhook's client spans) uses.
 // Shutdown flushes and stops everything.
 func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry, error) {
 	var o options

@@ -9,8 +9,15 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fanout/fanout"
 )
@@ -47,5 +54,59 @@ func TestDeliverSendsTraceparent(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 2 || !strings.HasPrefix(got[0], "00-0af7651916cd43dd8448eb211c80319c-") || got[1] != "" {
 		t.Fatalf("traceparent headers %q", got)
+	}
+}
+
+// TestDeliverSpan: with a tracer provider, each delivery is a client span,
+// child of the caller's span, that keeps the method, scheme, host, port and
+// status but not the path or query (they may hold a secret), and the
+// destination gets the delivery span as traceparent parent but never the
+// caller's baggage.
+func TestDeliverSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(noop.NewTracerProvider())
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.WriteHeader(http.StatusGone)
+	}))
+	defer srv.Close()
+
+	h := &Handler{Client: NewClient(5*time.Second, 4, Loopback...)}
+	m, _ := baggage.NewMember("tenant-secret", "s3cr3t")
+	bag, _ := baggage.New(m)
+	ctx, parent := tp.Tracer("test").Start(baggage.ContextWithBaggage(context.Background(), bag), "RunActivity:DeliverBatch")
+	err := h.Deliver(ctx, fanout.Event{ID: "e1", Type: EventType}, fanout.Recipient{ID: "r1", Address: srv.URL + "/hooks/TOKEN?key=SECRET"},
+		fanout.Message{ContentType: "application/json", Body: []byte(`{}`)})
+	parent.End()
+	if !fanout.IsPermanent(err) {
+		t.Fatalf("Deliver to a 410: %v, want a permanent error", err)
+	}
+	var span sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == spanDeliver {
+			span = s
+		}
+	}
+	if span == nil || span.SpanKind() != trace.SpanKindClient || span.Parent().SpanID() != parent.SpanContext().SpanID() || span.Status().Code != codes.Error {
+		t.Fatalf("delivery span %+v", span)
+	}
+	attrs := map[string]string{}
+	for _, kv := range span.Attributes() {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+		if strings.Contains(kv.Value.Emit(), "TOKEN") || strings.Contains(kv.Value.Emit(), "SECRET") {
+			t.Errorf("span attribute %s = %q holds the URL's path or query", kv.Key, kv.Value.Emit())
+		}
+	}
+	if attrs["http.request.method"] != "POST" || attrs["server.address"] != "127.0.0.1" || attrs["http.response.status_code"] != "410" {
+		t.Errorf("span attributes %v", attrs)
+	}
+	if tpHeader := got.Get("traceparent"); !strings.Contains(tpHeader, span.SpanContext().SpanID().String()) {
+		t.Errorf("traceparent %q, want the delivery span %s as parent", tpHeader, span.SpanContext().SpanID())
+	}
+	if b := got.Get("baggage"); b != "" {
+		t.Errorf("the destination got the caller's baggage %q", b)
 	}
 }

@@ -35,8 +35,11 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/netguard"
@@ -95,17 +98,15 @@ func ParseAllow(list string) ([]netip.Prefix, error) {
 // per-request timeout. Size idlePerHost to the deliveries the process runs
 // at once (batch slots x concurrency): a smaller pool closes a connection
 // after most requests and opens a new one for the next (connection churn,
-// TIME_WAIT sockets, a handshake per delivery on both sides). Its
-// requests are traced (OpenTelemetry's otelhttp transport with the global
-// tracer and meter providers): each is a client span, a child of the span in
-// the request's context (the DeliverBatch or RecipientsPage activity's), and
-// carries the W3C traceparent/tracestate headers, so the recipient sees the
-// event's trace. Without a tracer provider the incoming trace context is
-// still passed on.
+// TIME_WAIT sockets, a handshake per delivery on both sides).
 //
 // It connects only to addresses the guard allows: public ones, and those in
 // allow (Loopback in development; a private range the destinations really
 // live on).
+//
+// The Handler traces the requests it makes with this client (see do); the
+// client itself is a plain net/http one, so a request's headers and its
+// small body leave in one write.
 func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *http.Client {
 	guard := netguard.Policy{Allow: allow}
 	t := http.DefaultTransport.(*http.Transport).Clone()
@@ -113,9 +114,7 @@ func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *h
 	t.MaxIdleConns = idlePerHost * 4
 	t.MaxIdleConnsPerHost = idlePerHost
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guard.Control}).DialContext
-	return &http.Client{Timeout: timeout, CheckRedirect: checkRedirect, Transport: otelhttp.NewTransport(t,
-		otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
-		otelhttp.WithSpanNameFormatter(spanName))}
+	return &http.Client{Timeout: timeout, CheckRedirect: checkRedirect, Transport: t}
 }
 
 // checkRedirect follows at most maxRedirects redirects, to http and https
@@ -158,22 +157,58 @@ func newRequest(ctx context.Context, rawURL string, body []byte) (*http.Request,
 	return req, nil
 }
 
-// do sends req; a refusal by the guard is permanent: no retry reaches a
-// destination it does not allow.
-func do(c *http.Client, req *http.Request) (*http.Response, error) {
-	resp, err := c.Do(req)
-	if err != nil && (errors.Is(err, netguard.ErrDenied) || fanout.IsPermanent(err)) {
-		return nil, fanout.Permanent(err)
-	}
-	return resp, err
-}
+// Span names of the handler's requests.
+const (
+	spanDeliver    = "webhook deliver"
+	spanRecipients = "webhook recipients"
+)
 
-// spanName names a request's span: "webhook deliver" or "webhook recipients".
-func spanName(_ string, r *http.Request) string {
-	if r.Header.Get(HeaderRecipientID) != "" {
-		return "webhook deliver"
+// tracerName names the tracer of the handler's client spans, taken from the
+// global tracer provider at each request (a no-op one unless telemetry
+// installs a real one).
+const tracerName = "github.com/fanout/fanout/workers/webhook"
+
+// do sends req in a client span named name, a child of the span in req's
+// context (the DeliverBatch or RecipientsPage activity's), and passes the
+// trace to the destination in the W3C traceparent/tracestate headers (not
+// baggage: it may hold what a third party must not see). Without a tracer
+// provider the incoming trace context is still passed on. The span keeps
+// the scheme, host and port, not the whole URL (a path or query may hold a
+// secret). A refusal by the guard is permanent: no retry reaches a
+// destination it does not allow.
+//
+// It is done here rather than by otelhttp's transport, which wraps the
+// request body: net/http then writes the headers and the body in two
+// segments, which cost both ends a wakeup per delivery (issue 11).
+func do(c *http.Client, req *http.Request, name string) (*http.Response, error) {
+	ctx, span := otel.Tracer(tracerName).Start(req.Context(), name, trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	if span.SpanContext().IsValid() {
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
-	return "webhook recipients"
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attribute.String("http.request.method", req.Method), attribute.String("url.scheme", req.URL.Scheme),
+			attribute.String("server.address", req.URL.Hostname()), attribute.String("server.port", req.URL.Port()))
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		if recording {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "request failed")
+		}
+		if errors.Is(err, netguard.ErrDenied) || fanout.IsPermanent(err) {
+			return nil, fanout.Permanent(err)
+		}
+		return nil, err
+	}
+	if recording {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		if resp.StatusCode >= 400 {
+			span.SetStatus(codes.Error, resp.Status)
+		}
+	}
+	return resp, nil
 }
 
 type payload struct {
@@ -243,7 +278,7 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 		return fanout.Page{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := do(h.client(), req)
+	resp, err := do(h.client(), req, spanRecipients)
 	if err != nil {
 		return fanout.Page{}, err
 	}
@@ -304,7 +339,7 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 	req.Header.Set(HeaderEventType, ev.Type)
 	req.Header.Set(HeaderRecipientID, r.ID)
 	req.Header.Set(HeaderIdempotency, ev.ID+":"+r.ID)
-	resp, err := do(h.client(), req)
+	resp, err := do(h.client(), req, spanDeliver)
 	if err != nil {
 		return err
 	}
