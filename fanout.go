@@ -151,6 +151,14 @@ type TypeOptions struct {
 	// from Prepare's recorded result, so histories from before this option
 	// replay down the path they took.
 	LocalDeliveryMax int `json:"local_delivery_max,omitempty"`
+	// LargeBatchSize is the batch size from an event's second page on: an
+	// audience of more than one page is big, and bigger batches cost
+	// Temporal less per delivery (one child, one activity and a few
+	// workflow tasks per batch), while small events keep BatchSize's
+	// parallelism. 0: PageSize, at most MaxBatchSize; negative: BatchSize
+	// (every batch the same size). Resolved by Prepare, like
+	// LocalDeliveryMax, so histories from before it replay with BatchSize.
+	LargeBatchSize int `json:"large_batch_size,omitempty"`
 	// MaxPages bounds the pages of one event, so a recipients endpoint that
 	// hands out fresh cursors forever cannot keep an event running: the
 	// event fails with too_many_pages after delivering what it found.
@@ -172,6 +180,28 @@ const (
 	// DefaultMaxPages is 400,000,000 recipients at the default page size.
 	DefaultMaxPages = 100_000
 )
+
+// LargeBatch is the batch size of an event's pages after the first (see
+// LargeBatchSize): BatchSize when LargeBatchSize is not positive, as in
+// histories from before it.
+func (o TypeOptions) LargeBatch() int {
+	if o.LargeBatchSize <= 0 {
+		return o.BatchSize
+	}
+	return o.LargeBatchSize
+}
+
+// ResolveLargeBatchSize is o with LargeBatchSize's default resolved (o has
+// its defaults): Prepare records it for the workflow.
+func (o TypeOptions) ResolveLargeBatchSize() TypeOptions {
+	switch {
+	case o.LargeBatchSize == 0:
+		o.LargeBatchSize = max(min(o.PageSize, MaxBatchSize), o.BatchSize)
+	case o.LargeBatchSize < 0:
+		o.LargeBatchSize = o.BatchSize
+	}
+	return o
+}
 
 // WithDefaults returns o with every zero field set to its default.
 func (o TypeOptions) WithDefaults() TypeOptions {
@@ -223,6 +253,10 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("MaxRecipients: %d is negative", o.MaxRecipients)
 	case o.LocalDeliveryMax > MaxBatchSize:
 		return fmt.Errorf("LocalDeliveryMax: %d is over %d", o.LocalDeliveryMax, MaxBatchSize)
+	case o.LargeBatchSize > MaxBatchSize:
+		return fmt.Errorf("LargeBatchSize: %d is over %d", o.LargeBatchSize, MaxBatchSize)
+	case o.LargeBatchSize > 0 && o.LargeBatchSize < o.WithDefaults().BatchSize:
+		return fmt.Errorf("LargeBatchSize: %d is under BatchSize %d", o.LargeBatchSize, o.WithDefaults().BatchSize)
 	}
 	// One page's batches land in one run's history before continue-as-new
 	// is considered; keep that bounded.

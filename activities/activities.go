@@ -93,6 +93,7 @@ func (a *Activities) Prepare(ctx context.Context, in PrepareInput) (PrepareResul
 		// recorded result (see TypeOptions.LocalDeliveryMax).
 		opts.LocalDeliveryMax = fanout.DefaultLocalDeliveryMax
 	}
+	opts = opts.ResolveLargeBatchSize() // likewise
 	return PrepareResult{Message: msg, Options: opts}, nil
 }
 

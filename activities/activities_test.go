@@ -116,6 +116,45 @@ func TestPrepareResolvesLocalDeliveryMax(t *testing.T) {
 	}
 }
 
+// TestPrepareResolvesLargeBatchSize: Prepare records the batch size of an
+// event's later pages: the page size (at most fanout.MaxBatchSize) by
+// default, the type's when set, BatchSize when negative (fixed batches).
+func TestPrepareResolvesLargeBatchSize(t *testing.T) {
+	for _, tc := range []struct {
+		opts fanout.TypeOptions
+		want int
+	}{
+		{fanout.TypeOptions{}, 4 * fanout.DefaultBatchSize},
+		{fanout.TypeOptions{BatchSize: 2000}, fanout.MaxBatchSize},
+		{fanout.TypeOptions{BatchSize: 100, PageSize: 50}, 100},
+		{fanout.TypeOptions{LargeBatchSize: 3000}, 3000},
+		{fanout.TypeOptions{BatchSize: 300, LargeBatchSize: -1}, 300},
+	} {
+		reg := fanout.NewRegistry()
+		reg.MustRegister("t", &audience{}, tc.opts)
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestActivityEnvironment()
+		acts := &activities.Activities{Registry: reg}
+		env.RegisterActivity(acts)
+		v, err := env.ExecuteActivity(acts.Prepare, activities.PrepareInput{Event: event("prep", 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res activities.PrepareResult
+		if err := v.Get(&res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Options.LargeBatchSize != tc.want {
+			t.Errorf("options %+v: Prepare reported LargeBatchSize %d, want %d", tc.opts, res.Options.LargeBatchSize, tc.want)
+		}
+	}
+	for _, bad := range []fanout.TypeOptions{{LargeBatchSize: fanout.MaxBatchSize + 1}, {BatchSize: 500, LargeBatchSize: 400}} {
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "LargeBatchSize") {
+			t.Errorf("options %+v: Validate %v, want a LargeBatchSize error", bad, err)
+		}
+	}
+}
+
 // Without a gate and without staging, DeliverBatch counts failures by the
 // activity's attempt, dead-letters permanent failures and those at
 // MaxAttempts, asks for a retry (Retry-After) of the others, and fetches a

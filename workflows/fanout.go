@@ -241,10 +241,11 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			break
 		}
 		var page activities.PageResult
+		batchSize := pageBatchSize(opts, r.st.Cursor)
 		if firstPage != nil {
 			page, firstPage = *firstPage, nil
 		} else if err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
-			Event: in.Event, Cursor: r.st.Cursor, Limit: opts.PageSize, BatchSize: opts.BatchSize, FirstBatch: r.st.NextBatch,
+			Event: in.Event, Cursor: r.st.Cursor, Limit: opts.PageSize, BatchSize: batchSize, FirstBatch: r.st.NextBatch,
 		}).Get(ctx, &page); err != nil {
 			r.drain(0)
 			return r.finish(err)
@@ -260,7 +261,7 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			r.st.NextBatch = ref.N + 1
 		}
 		for rs := page.Recipients; len(rs) > 0 && len(page.Batches) == 0; {
-			k := min(len(rs), opts.BatchSize)
+			k := min(len(rs), batchSize)
 			if !r.beforeBatch(k) {
 				break
 			}
@@ -304,6 +305,16 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		return r.finish(temporal.NewCanceledError())
 	}
 	return r.finish(nil)
+}
+
+// pageBatchSize is the batch size of the page at cursor: BatchSize for the
+// first page (cursor ""), the larger LargeBatch from the second on, when the
+// audience has proved big.
+func pageBatchSize(o fanout.TypeOptions, cursor string) int {
+	if cursor == "" {
+		return o.BatchSize
+	}
+	return o.LargeBatch()
 }
 
 // audienceBound is the error of an event whose paging must stop: more pages

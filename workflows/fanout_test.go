@@ -159,8 +159,13 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			}
 			single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
 			if fx.Staged && !single && len(p.Recipients) > 0 {
-				if in.BatchSize != wantOpts.BatchSize {
-					return activities.PageResult{}, temporal.NewNonRetryableApplicationError("batch size not passed", "Test", nil)
+				want := wantOpts.BatchSize
+				if in.Cursor != "" {
+					want = wantOpts.LargeBatch()
+				}
+				if in.BatchSize != want {
+					return activities.PageResult{}, temporal.NewNonRetryableApplicationError(
+						fmt.Sprintf("batch size %d, want %d", in.BatchSize, want), "Test", nil)
 				}
 				p.Count = len(p.Recipients)
 				rec.mu.Lock()
@@ -203,8 +208,8 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			} else if len(in.Event.Payload) != 0 {
 				rec.badInputs = append(rec.badInputs, in.AttemptID+": batch with its recipients carries the payload")
 			}
-			if len(in.Recipients) == 0 || len(in.Recipients) > wantOpts.BatchSize {
-				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: %d recipients (batch size %d)", in.AttemptID, len(in.Recipients), wantOpts.BatchSize))
+			if len(in.Recipients) == 0 || len(in.Recipients) > max(wantOpts.BatchSize, wantOpts.LargeBatch()) {
+				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: %d recipients (batch size %d, large %d)", in.AttemptID, len(in.Recipients), wantOpts.BatchSize, wantOpts.LargeBatch()))
 			}
 			if in.Event.ID != fx.Event.ID || string(in.Message.Body) != string(testMessage.Body) ||
 				in.MaxAttempts != wantOpts.MaxAttempts || in.Concurrency != wantOpts.DeliverConcurrency {
@@ -291,7 +296,11 @@ func expectedShape(n int, o fanout.TypeOptions, emptyTail bool) (pages, batches 
 	o = o.WithDefaults()
 	for off := 0; off < n; off += o.PageSize {
 		pages++
-		batches += (min(o.PageSize, n-off) + o.BatchSize - 1) / o.BatchSize
+		size := o.BatchSize
+		if off > 0 {
+			size = o.LargeBatch()
+		}
+		batches += (min(o.PageSize, n-off) + size - 1) / size
 	}
 	if n == 0 || emptyTail {
 		pages++
@@ -400,6 +409,11 @@ func TestFanoutPaging(t *testing.T) {
 		{"staged 2345", 2345, small, false, true},
 		{"staged one", 1, small, false, true},
 		{"staged 500 then empty page", 500, small, true, true},
+		// From the second page on, batches of LargeBatchSize: 100+100+50,
+		// then one batch per page.
+		{"large batches 2345", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 250}, false, false},
+		{"staged large batches 2345", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 200}, false, true},
+		{"large batches, one page", 250, fanout.TypeOptions{BatchSize: 100, PageSize: 250, LargeBatchSize: 250}, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

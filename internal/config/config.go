@@ -97,6 +97,9 @@ type Worker struct {
 	// delivered by the events worker in their first workflow task (0:
 	// fanout's default, 100; -1: off).
 	LocalDeliveryMax int `env:"FANOUT_LOCAL_DELIVERY_MAX"`
+	// LargeBatchSize: batch size from an event's second page on (0: the
+	// page size, at most 5,000; -1: FANOUT_BATCH_SIZE).
+	LargeBatchSize int `env:"FANOUT_LARGE_BATCH_SIZE"`
 	// MaxAttempts, RetryInitial and RetryMax tune delivery retries.
 	MaxAttempts  int           `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`
 	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
@@ -313,7 +316,7 @@ func validateMetricsAddr(addr string) error {
 var typeOptionVars = strings.NewReplacer(
 	"BatchSize:", "FANOUT_BATCH_SIZE:", "PageSize:", "FANOUT_PAGE_SIZE:", "Window:", "FANOUT_WINDOW:",
 	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
-	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:")
+	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:", "LargeBatchSize:", "FANOUT_LARGE_BATCH_SIZE:")
 
 // Webhook is the stock webhook type's handler as configured.
 func (w *Worker) Webhook() *webhook.Handler {
@@ -351,7 +354,7 @@ func (w *Worker) TypeOptions() fanout.TypeOptions {
 	return fanout.TypeOptions{
 		BatchSize: w.BatchSize, PageSize: w.PageSize, Window: w.Window,
 		DeliverConcurrency: w.DeliverConcurrency, MaxAttempts: w.MaxAttempts,
-		LocalDeliveryMax: w.LocalDeliveryMax,
+		LocalDeliveryMax: w.LocalDeliveryMax, LargeBatchSize: w.LargeBatchSize,
 	}
 }
 

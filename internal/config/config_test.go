@@ -210,6 +210,8 @@ func TestLoadBadValues(t *testing.T) {
 		{"HTTP timeout zero", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "0s"}, "FANOUT_HTTP_TIMEOUT"},
 		{"bridge without the events queue", worker, map[string]string{"FANOUT_BRIDGE": "true", "FANOUT_QUEUES": "high,low"}, "FANOUT_BRIDGE"},
 		{"local delivery limit over the batch limit", worker, map[string]string{"FANOUT_LOCAL_DELIVERY_MAX": "6000"}, "FANOUT_LOCAL_DELIVERY_MAX"},
+		{"large batches under the batch size", worker, map[string]string{"FANOUT_BATCH_SIZE": "800", "FANOUT_LARGE_BATCH_SIZE": "500"}, "FANOUT_LARGE_BATCH_SIZE"},
+		{"large batches over the batch limit", worker, map[string]string{"FANOUT_LARGE_BATCH_SIZE": "9000"}, "FANOUT_LARGE_BATCH_SIZE"},
 		{"window over its limit", worker, map[string]string{"FANOUT_WINDOW": "501"}, "FANOUT_WINDOW"},
 		{"HTTP timeout negative", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "-1s"}, "FANOUT_HTTP_TIMEOUT"},
 		{"outbound allow-list with a bad prefix", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "FANOUT_OUTBOUND_ALLOW"},

@@ -107,9 +107,11 @@ func webhookPayload(t *testing.T, text, recipientsURL string) json.RawMessage {
 // running one. Gate keys, staged batches, attempt ids and child ids derive
 // from type and id, so each event reaches its own recipients, with its own
 // message, once; the recipient ids are the same in both, as they were when
-// the second event overwrote the first's staged batches.
+// the second event overwrote the first's staged batches. The two types batch
+// differently: the webhook type in batches of 200 throughout (10), the other
+// in 200s on the first page and then one batch per page of 800 (4 + 1 + 1).
 func TestSameIDInTwoTypes(t *testing.T) {
-	const n = 600 // three staged batches of 200 each
+	const n = 2000
 	id := "same-id-" + runID
 	ids := make([]string, n)
 	for i := range ids {
@@ -117,11 +119,12 @@ func TestSameIDInTwoTypes(t *testing.T) {
 	}
 	type side struct {
 		typ, text string
+		batches   int
 		dest      *recorder
 	}
 	sides := []side{
-		{typ: webhook.EventType, text: "for-the-webhook-type"},
-		{typ: otherType, text: "for-the-other-type"},
+		{typ: webhook.EventType, text: "for-the-webhook-type", batches: 10},
+		{typ: otherType, text: "for-the-other-type", batches: 6},
 	}
 	var envs []starter.Envelope
 	for i := range sides {
@@ -140,8 +143,8 @@ func TestSameIDInTwoTypes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s event %s: %v", s.typ, id, err)
 		}
-		if res.Delivered != n || res.Failed != 0 || res.Duplicates != 0 {
-			t.Errorf("%s event %s: progress %+v, want %d delivered", s.typ, id, res.Progress, n)
+		if res.Delivered != n || res.Failed != 0 || res.Duplicates != 0 || res.BatchesStarted != s.batches {
+			t.Errorf("%s event %s: progress %+v, want %d delivered in %d batches", s.typ, id, res.Progress, n, s.batches)
 		}
 		s.dest.check(t, s.typ, ids)
 	}

@@ -46,9 +46,14 @@ var st *testStack
 
 const eventsTopic = starter.DefaultEventsTopic
 
-// stackOptions are the webhook type's options in the stack: a small window,
-// so pause and rate caps bite quickly in the CLI tests.
-var stackOptions = fanout.TypeOptions{BatchSize: 200, Window: 4}
+// stackOptions are the webhook type's options in the stack: a small window
+// and batches of 200 throughout, so pause and rate caps bite quickly in the
+// CLI tests and they can count recipients by batches.
+var stackOptions = fanout.TypeOptions{BatchSize: 200, Window: 4, LargeBatchSize: -1}
+
+// growingOptions are otherType's: batches of 200 on the first page (800),
+// then one batch per page (LargeBatchSize's default).
+var growingOptions = fanout.TypeOptions{BatchSize: 200, Window: 4}
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -84,7 +89,7 @@ func run(m *testing.M) (int, error) {
 		RecipientsURLAllow: []string{"http://127.0.0.1:"},
 	}
 	reg.MustRegister(webhook.EventType, hook, stackOptions)
-	reg.MustRegister(otherType, hook, stackOptions)
+	reg.MustRegister(otherType, hook, growingOptions)
 	reg.MustRegister(bigType, bigMessages{hook}, stackOptions)
 	reg.MustRegister(boundedType, hook, boundedOptions)
 	stopWorkers := s.RunWorkers(workers.Options{Registry: reg, Logger: logger})
