@@ -582,31 +582,42 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		}
 		flushed <- ferr
 	}()
+	// conc long-lived workers rather than a goroutine per recipient: a
+	// delivery's call depth (net/http) grows a fresh goroutine's stack
+	// every time, which cost ~7% of the delivery worker's CPU.
+	work := make(chan fanout.Recipient)
 	g, gctx := errgroup.WithContext(dctx)
-	g.SetLimit(conc)
-	for _, r := range todo {
-		if gctx.Err() != nil {
-			break
-		}
+	for range min(conc, len(todo)) {
 		g.Go(func() error {
-			derr := observeDeliver(gctx, h, in, r) // h.Deliver, timed (metrics.go)
-			o := outcome{r: r, err: derr}
-			if derr != nil {
-				o.retryAfter, _ = fanout.RetryAfterOf(derr)
-			} else {
-				marks <- r.ID
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			out = append(out, o)
-			done++
-			if time.Since(lastBeat) > time.Second {
-				lastBeat = time.Now()
-				activity.RecordHeartbeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+			for r := range work {
+				derr := observeDeliver(gctx, h, in, r) // h.Deliver, timed (metrics.go)
+				o := outcome{r: r, err: derr}
+				if derr != nil {
+					o.retryAfter, _ = fanout.RetryAfterOf(derr)
+				} else {
+					marks <- r.ID
+				}
+				mu.Lock()
+				out = append(out, o)
+				done++
+				if time.Since(lastBeat) > time.Second {
+					lastBeat = time.Now()
+					activity.RecordHeartbeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+				}
+				mu.Unlock()
 			}
 			return nil
 		})
 	}
+feed:
+	for _, r := range todo {
+		select {
+		case work <- r:
+		case <-gctx.Done():
+			break feed
+		}
+	}
+	close(work)
 	werr := g.Wait()
 	close(marks)
 	if ferr := <-flushed; ferr != nil {
