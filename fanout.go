@@ -151,11 +151,12 @@ type TypeOptions struct {
 	// from Prepare's recorded result, so histories from before this option
 	// replay down the path they took.
 	LocalDeliveryMax int `json:"local_delivery_max,omitempty"`
-	// LargeBatchSize is the batch size from an event's second page on: an
-	// audience of more than one page is big, and bigger batches cost
-	// Temporal less per delivery (one child, one activity and a few
-	// workflow tasks per batch), while small events keep BatchSize's
-	// parallelism. 0: PageSize, at most MaxBatchSize; negative: BatchSize
+	// LargeBatchSize is the batch size of an event's pages once it has
+	// started Window batches: its audience fills the window, which caps
+	// the batches in flight anyway, so bigger batches then cost Temporal
+	// less per delivery (one child, one activity and a few workflow tasks
+	// per batch) without costing parallelism; smaller events keep
+	// BatchSize's. 0: PageSize, at most MaxBatchSize; negative: BatchSize
 	// (every batch the same size). Resolved by Prepare, like
 	// LocalDeliveryMax, so histories from before it replay with BatchSize.
 	LargeBatchSize int `json:"large_batch_size,omitempty"`

@@ -241,7 +241,7 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			break
 		}
 		var page activities.PageResult
-		batchSize := pageBatchSize(opts, r.st.Cursor)
+		batchSize := pageBatchSize(opts, r.st.Cursor, r.st.NextBatch)
 		if firstPage != nil {
 			page, firstPage = *firstPage, nil
 		} else if err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
@@ -307,11 +307,15 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 	return r.finish(nil)
 }
 
-// pageBatchSize is the batch size of the page at cursor: BatchSize for the
-// first page (cursor ""), the larger LargeBatch from the second on, when the
-// audience has proved big.
-func pageBatchSize(o fanout.TypeOptions, cursor string) int {
-	if cursor == "" {
+// pageBatchSize is the batch size of the page at cursor when next batches
+// were started before it: BatchSize until the event has started a window of
+// batches (Window), the larger LargeBatch from then on. Only an audience
+// that fills the window grows its batches: the window caps the batches in
+// flight anyway, so larger ones then cost Temporal less per delivery
+// without costing parallelism, while a smaller event keeps as many
+// batches as it has pages to spread over the delivery workers.
+func pageBatchSize(o fanout.TypeOptions, cursor string, next int) int {
+	if cursor == "" || next < o.Window {
 		return o.BatchSize
 	}
 	return o.LargeBatch()

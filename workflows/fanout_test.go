@@ -160,7 +160,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
 			if fx.Staged && !single && len(p.Recipients) > 0 {
 				want := wantOpts.BatchSize
-				if in.Cursor != "" {
+				if in.Cursor != "" && in.FirstBatch >= wantOpts.Window {
 					want = wantOpts.LargeBatch()
 				}
 				if in.BatchSize != want {
@@ -297,7 +297,7 @@ func expectedShape(n int, o fanout.TypeOptions, emptyTail bool) (pages, batches 
 	for off := 0; off < n; off += o.PageSize {
 		pages++
 		size := o.BatchSize
-		if off > 0 {
+		if off > 0 && batches >= o.Window {
 			size = o.LargeBatch()
 		}
 		batches += (min(o.PageSize, n-off) + size - 1) / size
@@ -409,11 +409,14 @@ func TestFanoutPaging(t *testing.T) {
 		{"staged 2345", 2345, small, false, true},
 		{"staged one", 1, small, false, true},
 		{"staged 500 then empty page", 500, small, true, true},
-		// From the second page on, batches of LargeBatchSize: 100+100+50,
-		// then one batch per page.
+		// Once a window of batches (3) has started, batches of
+		// LargeBatchSize: 100+100+50, then one batch per page.
 		{"large batches 2345", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 250}, false, false},
 		{"staged large batches 2345", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 200}, false, true},
 		{"large batches, one page", 250, fanout.TypeOptions{BatchSize: 100, PageSize: 250, LargeBatchSize: 250}, false, true},
+		// The window (10) is not full after the first pages: no growth
+		// until 10 batches have started.
+		{"large batches after a window", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 10, LargeBatchSize: 250}, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -97,8 +97,8 @@ type Worker struct {
 	// delivered by the events worker in their first workflow task (0:
 	// fanout's default, 100; -1: off).
 	LocalDeliveryMax int `env:"FANOUT_LOCAL_DELIVERY_MAX"`
-	// LargeBatchSize: batch size from an event's second page on (0: the
-	// page size, at most 5,000; -1: FANOUT_BATCH_SIZE).
+	// LargeBatchSize: batch size once an event has started a window of
+	// batches (0: the page size, at most 5,000; -1: FANOUT_BATCH_SIZE).
 	LargeBatchSize int `env:"FANOUT_LARGE_BATCH_SIZE"`
 	// MaxAttempts, RetryInitial and RetryMax tune delivery retries.
 	MaxAttempts  int           `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`

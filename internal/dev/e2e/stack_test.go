@@ -52,7 +52,8 @@ const eventsTopic = starter.DefaultEventsTopic
 var stackOptions = fanout.TypeOptions{BatchSize: 200, Window: 4, LargeBatchSize: -1}
 
 // growingOptions are otherType's: batches of 200 on the first page (800),
-// then one batch per page (LargeBatchSize's default).
+// which fill the window of 4, then one batch per page (LargeBatchSize's
+// default).
 var growingOptions = fanout.TypeOptions{BatchSize: 200, Window: 4}
 
 func TestMain(m *testing.M) {
