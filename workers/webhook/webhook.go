@@ -142,18 +142,16 @@ var defaultClient = NewClient(10*time.Second, 64)
 
 // newRequest builds a POST to rawURL after checking it.
 func newRequest(ctx context.Context, rawURL string, body []byte) (*http.Request, error) {
-	u, err := url.Parse(rawURL)
+	// One parse, by NewRequest; the URL is checked before anything is sent.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
 		return nil, fanout.Permanent(fmt.Errorf("address: %w", err))
 	}
-	if err := checkURL(u); err != nil {
+	if err := checkURL(req.URL); err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, fanout.Permanent(err)
-	}
-	req.Header.Set("User-Agent", UserAgent)
+	req.Header = make(http.Header, 8) // room for every header set here
+	req.Header["User-Agent"] = []string{UserAgent}
 	return req, nil
 }
 
