@@ -128,7 +128,8 @@ type TypeOptions struct {
 	// BatchSize is the number of recipients per DeliveryBatch child.
 	BatchSize int `json:"batch_size,omitempty"`
 	// PageSize is the number of recipients asked of GetRecipients per call.
-	// Default: 4 batches.
+	// Default: 10 batches, at most MaxPageSize (each page is an activity and
+	// a workflow task: fewer, larger pages cost Temporal less per recipient).
 	PageSize int `json:"page_size,omitempty"`
 	// Window is the number of DeliveryBatch children open at once.
 	Window int `json:"window,omitempty"`
@@ -178,6 +179,8 @@ const (
 	DefaultMaxAttempts        = 5
 	DefaultDeliverTimeout     = 5 * time.Minute
 	DefaultLocalDeliveryMax   = 100
+	// DefaultPageBatches is PageSize's default in batches.
+	DefaultPageBatches = 10
 	// DefaultMaxPages is 400,000,000 recipients at the default page size.
 	DefaultMaxPages = 100_000
 )
@@ -213,7 +216,7 @@ func (o TypeOptions) WithDefaults() TypeOptions {
 		o.BatchSize = DefaultBatchSize
 	}
 	if o.PageSize <= 0 {
-		o.PageSize = 4 * o.BatchSize
+		o.PageSize = min(DefaultPageBatches*o.BatchSize, MaxPageSize)
 	}
 	if o.Window <= 0 {
 		o.Window = DefaultWindow

@@ -126,7 +126,7 @@ func TestRegistryLookup(t *testing.T) {
 		{"defaults", true, TypeOptions{
 			DefaultPriority:    PriorityNormal,
 			BatchSize:          DefaultBatchSize,
-			PageSize:           4 * DefaultBatchSize,
+			PageSize:           DefaultPageBatches * DefaultBatchSize,
 			Window:             DefaultWindow,
 			DeliverConcurrency: DefaultDeliverConcurrency,
 			MaxAttempts:        DefaultMaxAttempts,
@@ -134,11 +134,11 @@ func TestRegistryLookup(t *testing.T) {
 			MaxPages:           DefaultMaxPages,
 		}},
 		{"custom", true, custom},
-		// PageSize defaults to 4 batches of the type's own BatchSize.
+		// PageSize defaults to 10 batches of the type's own BatchSize.
 		{"small-batches", true, TypeOptions{
 			DefaultPriority:    PriorityNormal,
 			BatchSize:          20,
-			PageSize:           80,
+			PageSize:           200,
 			Window:             DefaultWindow,
 			DeliverConcurrency: DefaultDeliverConcurrency,
 			MaxAttempts:        DefaultMaxAttempts,

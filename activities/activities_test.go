@@ -124,7 +124,8 @@ func TestPrepareResolvesLargeBatchSize(t *testing.T) {
 		opts fanout.TypeOptions
 		want int
 	}{
-		{fanout.TypeOptions{}, 4 * fanout.DefaultBatchSize},
+		{fanout.TypeOptions{}, fanout.MaxBatchSize},
+		{fanout.TypeOptions{PageSize: 3000}, 3000},
 		{fanout.TypeOptions{BatchSize: 2000}, fanout.MaxBatchSize},
 		{fanout.TypeOptions{BatchSize: 100, PageSize: 50}, 100},
 		{fanout.TypeOptions{LargeBatchSize: 3000}, 3000},

@@ -49,12 +49,12 @@ const eventsTopic = starter.DefaultEventsTopic
 // stackOptions are the webhook type's options in the stack: a small window
 // and batches of 200 throughout, so pause and rate caps bite quickly in the
 // CLI tests and they can count recipients by batches.
-var stackOptions = fanout.TypeOptions{BatchSize: 200, Window: 4, LargeBatchSize: -1}
+var stackOptions = fanout.TypeOptions{BatchSize: 200, PageSize: 800, Window: 4, LargeBatchSize: -1}
 
 // growingOptions are otherType's: batches of 200 on the first page (800),
 // which fill the window of 4, then one batch per page (LargeBatchSize's
 // default).
-var growingOptions = fanout.TypeOptions{BatchSize: 200, Window: 4}
+var growingOptions = fanout.TypeOptions{BatchSize: 200, PageSize: 800, Window: 4}
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
