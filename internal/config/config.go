@@ -27,6 +27,7 @@ import (
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
 	"github.com/fanout/fanout/workflows/vocab"
 )
@@ -122,7 +123,7 @@ type Worker struct {
 	OutboundAllow string        `env:"FANOUT_OUTBOUND_ALLOW"`
 	HTTPTimeout   time.Duration `env:"FANOUT_HTTP_TIMEOUT" envDefault:"10s"`
 	BatchSlots    int           `env:"FANOUT_BATCH_SLOTS" envDefault:"8"`
-	// LowPrioritySlots: batch slots of the low-priority queue (0: a quarter of FANOUT_BATCH_SLOTS).
+	// LowPrioritySlots: batch slots of the low-priority queue (0: an eighth of FANOUT_BATCH_SLOTS, at least 1).
 	LowPrioritySlots int    `env:"FANOUT_BATCH_SLOTS_LOW"`
 	Dedup            bool   `env:"FANOUT_DEDUP" envDefault:"true"`
 	LogLevel         string `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
@@ -341,7 +342,7 @@ func (w *Worker) deliveriesInFlight() int {
 		switch q {
 		case vocab.QueueEvents:
 		case string(fanout.PriorityLow):
-			slots += cmp.Or(w.LowPrioritySlots, max(1, w.BatchSlots/4)) // as workers.Run sizes it
+			slots += cmp.Or(w.LowPrioritySlots, workers.DefaultLowPrioritySlots(w.BatchSlots))
 		default:
 			slots += w.BatchSlots
 		}

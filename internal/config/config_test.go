@@ -297,7 +297,7 @@ func TestDeliveriesInFlight(t *testing.T) {
 		slots, low, con int
 		want            int
 	}{
-		{[]string{"events", "high", "normal", "low"}, 8, 0, 0, (8 + 8 + 2) * fanout.DefaultDeliverConcurrency},
+		{[]string{"events", "high", "normal", "low"}, 8, 0, 0, (8 + 8 + 1) * fanout.DefaultDeliverConcurrency},
 		{[]string{"high", "normal"}, 8, 0, 0, 16 * fanout.DefaultDeliverConcurrency},
 		{[]string{"low"}, 8, 5, 100, 500},
 		{[]string{"normal"}, 32, 0, 16, 512},
