@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/internal/dev/demo"
+	"go.temporal.io/sdk/client"
 )
 
 // demoHandler starts the sink (in this process, or as the "sink" process
@@ -94,5 +95,27 @@ func (s *Stack) SwitchTemporal(ctx context.Context, stock bool) error {
 			}
 		}
 	}
-	return s.startTemporal(ctx)
+	if err := s.startTemporal(ctx); err != nil {
+		return err
+	}
+	return s.waitClient(ctx)
+}
+
+// waitClient waits (30 s at most) until the stack's Temporal client answers
+// again: after a server restart its connection is in gRPC's reconnect
+// backoff for a while, and the first calls fail with "connection refused".
+func (s *Stack) waitClient(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, err := s.TC.CheckHealth(ctx, &client.CheckHealthRequest{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the Temporal client did not reconnect after the restart: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
