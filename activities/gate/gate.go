@@ -81,13 +81,18 @@ func (g *Gate) Acquire(ctx context.Context, eventKey, attemptID string, recipien
 	if len(recipientIDs) == 0 {
 		return nil, nil
 	}
-	pipe := g.rdb.Pipeline()
 	cmds := make([]*redis.StatusCmd, len(recipientIDs))
-	for i, id := range recipientIDs {
-		cmds[i] = pipe.SetArgs(ctx, g.Key(eventKey, id), attemptID, redis.SetArgs{Mode: "NX", Get: true, TTL: g.ttl})
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("gate acquire: %w", err)
+	// Pipelines of at most pipelineMax commands: Redis runs one client's
+	// pipeline in order, so a batch of 5,000 in one would hold other
+	// events' gate calls (a small event's whole delivery) behind it.
+	for start := 0; start < len(recipientIDs); start += pipelineMax {
+		pipe := g.rdb.Pipeline()
+		for i := start; i < min(start+pipelineMax, len(recipientIDs)); i++ {
+			cmds[i] = pipe.SetArgs(ctx, g.Key(eventKey, recipientIDs[i]), attemptID, redis.SetArgs{Mode: "NX", Get: true, TTL: g.ttl})
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("gate acquire: %w", err)
+		}
 	}
 	out := make([]Verdict, len(recipientIDs))
 	for i, c := range cmds {
@@ -129,18 +134,23 @@ func (g *Gate) MarkDeadLettered(ctx context.Context, eventKey, attemptID string,
 	return nil
 }
 
-// mark sets the recipients' keys to value in one pipeline.
+// mark sets the recipients' keys to value in pipelines of at most
+// pipelineMax commands.
 func (g *Gate) mark(ctx context.Context, eventKey, value string, recipientIDs []string) error {
-	if len(recipientIDs) == 0 {
-		return nil
+	for start := 0; start < len(recipientIDs); start += pipelineMax {
+		pipe := g.rdb.Pipeline()
+		for _, id := range recipientIDs[start:min(start+pipelineMax, len(recipientIDs))] {
+			pipe.Set(ctx, g.Key(eventKey, id), value, g.ttl)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
 	}
-	pipe := g.rdb.Pipeline()
-	for _, id := range recipientIDs {
-		pipe.Set(ctx, g.Key(eventKey, id), value, g.ttl)
-	}
-	_, err := pipe.Exec(ctx)
-	return err
+	return nil
 }
+
+// pipelineMax bounds the commands of one pipeline to Redis.
+const pipelineMax = 500
 
 // CountFailures adds one failed attempt for each recipient of a batch's
 // round (a round is the first run of the batch or one redrive of it) and

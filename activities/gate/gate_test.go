@@ -235,7 +235,7 @@ func TestKeysCarryTTL(t *testing.T) {
 }
 
 func TestAcquireBatchInOrder(t *testing.T) {
-	const n = 1000
+	const n = 1234 // over two pipelines of pipelineMax, the last one partial
 	g, _ := newGate(t, time.Hour)
 	ctx := context.Background()
 	ev := eventID(t)
