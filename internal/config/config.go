@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,8 +208,8 @@ func (b *Bridge) Validate() error {
 	if err := b.Kafka.validate(); err != nil {
 		return err
 	}
-	if _, err := redis.ParseURL(b.RedisURL); err != nil {
-		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	if _, err := parseRedisURL(b.RedisURL); err != nil {
+		return err
 	}
 	if b.EventTTL < time.Hour {
 		return fmt.Errorf("FANOUT_EVENT_TTL: %v is under 1h; it must outlast the events topic's retention", b.EventTTL)
@@ -238,8 +239,8 @@ func (b *Bridge) Validate() error {
 
 // Validate checks the worker configuration.
 func (w *Worker) Validate() error {
-	if _, err := redis.ParseURL(w.URL); err != nil {
-		return fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+	if _, err := parseRedisURL(w.URL); err != nil {
+		return err
 	}
 	if w.GateTTL < time.Hour {
 		return fmt.Errorf("FANOUT_GATE_TTL: %v is under 1h; it must outlast every retry of an event", w.GateTTL)
@@ -380,9 +381,9 @@ func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, typ
 
 // RedisClient returns a client of the Redis at url (FANOUT_REDIS_URL).
 func RedisClient(url string) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
+	opt, err := parseRedisURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("FANOUT_REDIS_URL: %w", err)
+		return nil, err
 	}
 	return redis.NewClient(opt), nil
 }
@@ -422,4 +423,22 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, with ...func(*client
 		return nil, fmt.Errorf("connect to Temporal at %s (TEMPORAL_ADDRESS): %w", addr, err)
 	}
 	return c, nil
+}
+
+// parseRedisURL parses FANOUT_REDIS_URL; its error names the variable and
+// never shows the URL's password (go-redis's parse errors quote the URL).
+func parseRedisURL(raw string) (*redis.Options, error) {
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, errors.New("FANOUT_REDIS_URL: " + strings.ReplaceAll(err.Error(), raw, redactURL(raw)))
+	}
+	return opt, nil
+}
+
+// userinfoPassword matches the password of a URL's userinfo.
+var userinfoPassword = regexp.MustCompile(`(://[^/@:]*:)[^@/]*@`)
+
+// redactURL is raw with the password of its userinfo replaced.
+func redactURL(raw string) string {
+	return userinfoPassword.ReplaceAllString(raw, "${1}xxxxx@")
 }

@@ -309,3 +309,27 @@ func TestDeliveriesInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisURLErrorsHideThePassword: a malformed FANOUT_REDIS_URL fails at
+// start-up naming the variable, without printing the password it holds.
+func TestRedisURLErrorsHideThePassword(t *testing.T) {
+	for _, raw := range []string{
+		"redis://user:s3cret@redis.example:notaport/0",
+		"rediss://:s3cret@redis.example:6380/abc",
+		"http://user:s3cret@redis.example",
+		"redis://user:s3cret@redis.example:6379/0?nosuch=1",
+	} {
+		for _, load := range []func() error{
+			func() error { clearFanoutEnv(t); t.Setenv("FANOUT_REDIS_URL", raw); var w Worker; return Load(&w) },
+			func() error { _, err := RedisClient(raw); return err },
+		} {
+			err := load()
+			if err == nil || !strings.Contains(err.Error(), "FANOUT_REDIS_URL") || strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("%s: error %v; want one naming FANOUT_REDIS_URL without the password", raw, err)
+			}
+		}
+	}
+	if got := redactURL("redis://user:s3cret@host:6379/0"); got != "redis://user:xxxxx@host:6379/0" {
+		t.Errorf("redactURL = %q", got)
+	}
+}
