@@ -118,6 +118,9 @@ type Worker struct {
 	// RecipientsURLAllow: URL prefixes an event's payload may name as its
 	// recipients_url; empty: payloads cannot choose the endpoint.
 	RecipientsURLAllow []string `env:"FANOUT_RECIPIENTS_URL_ALLOW" envSeparator:","`
+	// WebhookSecrets: Standard Webhooks secrets ("whsec_..."); when set,
+	// the webhook type signs every delivery with each of them.
+	WebhookSecrets []string `env:"FANOUT_WEBHOOK_SECRETS" envSeparator:","`
 	// OutboundAllow: address ranges (CIDR or single addresses) the webhook
 	// client may reach although they are loopback, private, link-local or
 	// otherwise internal; empty: public addresses only.
@@ -286,6 +289,11 @@ func (w *Worker) Validate() error {
 			return fmt.Errorf("FANOUT_RECIPIENTS_URL_ALLOW: %q is not an http(s) URL prefix with a host", p)
 		}
 	}
+	if len(w.WebhookSecrets) > 0 {
+		if _, err := webhook.NewSigner(w.WebhookSecrets...); err != nil {
+			return fmt.Errorf("FANOUT_WEBHOOK_SECRETS: %w", err)
+		}
+	}
 	if w.HTTPTimeout <= 0 {
 		return fmt.Errorf("FANOUT_HTTP_TIMEOUT: must be positive")
 	}
@@ -323,11 +331,15 @@ var typeOptionVars = strings.NewReplacer(
 // Webhook is the stock webhook type's handler as configured.
 func (w *Worker) Webhook() *webhook.Handler {
 	allow, _ := webhook.ParseAllow(w.OutboundAllow) // checked by Validate
-	return &webhook.Handler{
+	h := &webhook.Handler{
 		RecipientsURL:      w.RecipientsURL,
 		RecipientsURLAllow: w.RecipientsURLAllow,
 		Client:             webhook.NewClient(w.HTTPTimeout, w.deliveriesInFlight(), allow...),
 	}
+	if len(w.WebhookSecrets) > 0 {
+		h.Signer, _ = webhook.NewSigner(w.WebhookSecrets...) // checked by Validate
+	}
+	return h
 }
 
 // deliveriesInFlight is the most deliveries the process makes at once: the

@@ -212,6 +212,7 @@ func TestLoadBadValues(t *testing.T) {
 		{"local delivery limit over the batch limit", worker, map[string]string{"FANOUT_LOCAL_DELIVERY_MAX": "6000"}, "FANOUT_LOCAL_DELIVERY_MAX"},
 		{"large batches under the batch size", worker, map[string]string{"FANOUT_BATCH_SIZE": "800", "FANOUT_LARGE_BATCH_SIZE": "500"}, "FANOUT_LARGE_BATCH_SIZE"},
 		{"large batches over the batch limit", worker, map[string]string{"FANOUT_LARGE_BATCH_SIZE": "9000"}, "FANOUT_LARGE_BATCH_SIZE"},
+		{"a signing secret without whsec_", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "FANOUT_WEBHOOK_SECRETS"},
 		{"window over its limit", worker, map[string]string{"FANOUT_WINDOW": "501"}, "FANOUT_WINDOW"},
 		{"HTTP timeout negative", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "-1s"}, "FANOUT_HTTP_TIMEOUT"},
 		{"outbound allow-list with a bad prefix", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "FANOUT_OUTBOUND_ALLOW"},
@@ -331,5 +332,24 @@ func TestRedisURLErrorsHideThePassword(t *testing.T) {
 	}
 	if got := redactURL("redis://user:s3cret@host:6379/0"); got != "redis://user:xxxxx@host:6379/0" {
 		t.Errorf("redactURL = %q", got)
+	}
+}
+
+// TestWebhookSecretsSign: FANOUT_WEBHOOK_SECRETS gives the stock webhook
+// type a signer.
+func TestWebhookSecretsSign(t *testing.T) {
+	clearFanoutEnv(t)
+	t.Setenv("FANOUT_WEBHOOK_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	var w Worker
+	if err := Load(&w); err != nil {
+		t.Fatal(err)
+	}
+	if w.Webhook().Signer == nil {
+		t.Fatal("no signer with FANOUT_WEBHOOK_SECRETS set")
+	}
+	clearFanoutEnv(t)
+	var plain Worker
+	if err := Load(&plain); err != nil || plain.Webhook().Signer != nil {
+		t.Fatalf("a signer without FANOUT_WEBHOOK_SECRETS (%v)", err)
 	}
 }

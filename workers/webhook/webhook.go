@@ -66,6 +66,9 @@ type Handler struct {
 	// Client makes the requests; use NewClient (nil: a NewClient with
 	// fanout's defaults, public addresses only).
 	Client *http.Client
+	// Signer, when set, signs every delivery the Standard Webhooks way
+	// (webhook-id, webhook-timestamp, webhook-signature).
+	Signer *Signer
 }
 
 // Bounds of what a destination may send back.
@@ -337,6 +340,13 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 	req.Header.Set(HeaderEventType, ev.Type)
 	req.Header.Set(HeaderRecipientID, r.ID)
 	req.Header.Set(HeaderIdempotency, ev.ID+":"+r.ID)
+	if h.Signer != nil {
+		// A fresh timestamp and signature per attempt, the same id.
+		id, ts := WebhookID(ev, r), time.Now().Unix()
+		req.Header[HeaderWebhookID] = []string{id}
+		req.Header[HeaderWebhookTimestamp] = []string{strconv.FormatInt(ts, 10)}
+		req.Header[HeaderWebhookSignature] = []string{h.Signer.Sign(id, ts, m.Body)}
+	}
 	resp, err := do(h.client(), req, spanDeliver)
 	if err != nil {
 		return err
