@@ -31,6 +31,9 @@ import (
 type recorder struct {
 	*countingServer
 	wantType, wantBody string
+	// secrets, when set, must verify every delivery's Standard Webhooks
+	// signature.
+	secrets []string
 
 	mu    sync.Mutex
 	got   map[string]int
@@ -46,6 +49,15 @@ func newRecorder(t *testing.T, wantType, wantBody string, delay time.Duration) *
 		r.got[id]++
 		if typ != r.wantType || !strings.Contains(string(body), r.wantBody) {
 			r.wrong = append(r.wrong, typ+" "+id+" "+string(body[:min(len(body), 64)]))
+		}
+		if r.secrets != nil {
+			h := req.Header
+			err := webhook.Verify(r.secrets, h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature"), body, time.Now(), 5*time.Minute)
+			if err != nil || h.Get("webhook-id") != webhook.WebhookID(fanout.Event{ID: req.Header.Get(webhook.HeaderEventID), Type: typ}, fanout.Recipient{ID: id}) {
+				r.wrong = append(r.wrong, fmt.Sprintf("%s %s: signature: %v, webhook-id %q", typ, id, err, h.Get("webhook-id")))
+			}
+		} else if req.Header.Get("webhook-signature") != "" {
+			r.wrong = append(r.wrong, typ+" "+id+": signed, but its type has no secret")
 		}
 		r.mu.Unlock()
 		time.Sleep(delay)
@@ -106,7 +118,8 @@ func webhookPayload(t *testing.T, text, recipientsURL string) json.RawMessage {
 // Item 6 of issue 10: an event of another type with the same id as a
 // running one. Gate keys, staged batches, attempt ids and child ids derive
 // from type and id, so each event reaches its own recipients, with its own
-// message, once; the recipient ids are the same in both, as they were when
+// message, once (the other type's deliveries signed, Standard Webhooks
+// style, and verified); the recipient ids are the same in both, as they were when
 // the second event overwrote the first's staged batches. The two types batch
 // differently: the webhook type in batches of 200 throughout (10), the other
 // in 200s on the first page and then one batch per page of 800 (4 + 1 + 1).
@@ -131,6 +144,9 @@ func TestSameIDInTwoTypes(t *testing.T) {
 		s := &sides[i]
 		// The first is slow, so both events' batches run at once.
 		s.dest = newRecorder(t, s.typ, s.text, time.Duration(1-i)*5*time.Millisecond)
+		if s.typ == otherType {
+			s.dest.secrets = []string{signingSecret} // it signs; the webhook type does not
+		}
 		recips := make([]fanout.Recipient, n)
 		for j, rid := range ids {
 			recips[j] = fanout.Recipient{ID: rid, Address: s.dest.URL + "/hook"}

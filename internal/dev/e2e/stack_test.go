@@ -90,7 +90,13 @@ func run(m *testing.M) (int, error) {
 		RecipientsURLAllow: []string{"http://127.0.0.1:"},
 	}
 	reg.MustRegister(webhook.EventType, hook, stackOptions)
-	reg.MustRegister(otherType, hook, growingOptions)
+	// otherType signs its deliveries (Standard Webhooks); the same-id test
+	// verifies every one.
+	signed := *hook
+	if signed.Signer, err = webhook.NewSigner(signingSecret); err != nil {
+		return 0, err
+	}
+	reg.MustRegister(otherType, &signed, growingOptions)
 	reg.MustRegister(bigType, bigMessages{hook}, stackOptions)
 	reg.MustRegister(boundedType, hook, boundedOptions)
 	stopWorkers := s.RunWorkers(workers.Options{Registry: reg, Logger: logger})
@@ -116,6 +122,9 @@ const (
 
 // boundedOptions: at most 10 pages of 200 and 1,000 recipients an event.
 var boundedOptions = fanout.TypeOptions{BatchSize: 200, PageSize: 200, Window: 4, MaxPages: 10, MaxRecipients: 1000}
+
+// signingSecret signs otherType's deliveries.
+const signingSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 // bigMessages is the handler of bigType.
 type bigMessages struct{ *webhook.Handler }
