@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
 	"github.com/fanout/fanout"
 )
 
@@ -78,6 +80,20 @@ func TestDeliverSigns(t *testing.T) {
 		t.Errorf("webhook-ids: %q then %q for the same delivery; %d distinct of 4 deliveries", first.h.Get("webhook-id"), again.h.Get("webhook-id"), len(ids))
 	}
 	now := time.Now()
+	// The reference library of Standard Webhooks accepts the delivery with
+	// either secret, and refuses it with its body changed.
+	for _, sec := range []string{vectorSecret, otherSecret} {
+		wh, err := standardwebhooks.NewWebhook(sec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wh.Verify(first.body, first.h); err != nil {
+			t.Errorf("the reference library refused the delivery: %v", err)
+		}
+		if err := wh.Verify([]byte(`{"text":"HI"}`), first.h); err == nil {
+			t.Error("the reference library accepted a changed body")
+		}
+	}
 	for _, secrets := range [][]string{{vectorSecret}, {otherSecret}} {
 		if err := Verify(secrets, first.h.Get("webhook-id"), first.h.Get("webhook-timestamp"), first.h.Get("webhook-signature"), first.body, now, 5*time.Minute); err != nil {
 			t.Errorf("a receiver with %d secret(s): %v", len(secrets), err)
