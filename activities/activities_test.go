@@ -96,24 +96,31 @@ func event(id string, n int) fanout.Event {
 // the workflow decides by (the type's, or the default when unset).
 func TestPrepareResolvesLocalDeliveryMax(t *testing.T) {
 	for _, tc := range []struct{ set, want int }{{0, fanout.DefaultLocalDeliveryMax}, {7, 7}, {-1, -1}} {
-		reg := fanout.NewRegistry()
-		reg.MustRegister("t", &audience{}, fanout.TypeOptions{LocalDeliveryMax: tc.set})
-		var s testsuite.WorkflowTestSuite
-		env := s.NewTestActivityEnvironment()
-		acts := &activities.Activities{Registry: reg}
-		env.RegisterActivity(acts)
-		v, err := env.ExecuteActivity(acts.Prepare, activities.PrepareInput{Event: event("prep", 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res activities.PrepareResult
-		if err := v.Get(&res); err != nil {
-			t.Fatal(err)
-		}
-		if res.Options.LocalDeliveryMax != tc.want {
-			t.Errorf("type's LocalDeliveryMax %d: Prepare reported %d, want %d", tc.set, res.Options.LocalDeliveryMax, tc.want)
+		if got := preparedOptions(t, fanout.TypeOptions{LocalDeliveryMax: tc.set}).LocalDeliveryMax; got != tc.want {
+			t.Errorf("type's LocalDeliveryMax %d: Prepare reported %d, want %d", tc.set, got, tc.want)
 		}
 	}
+}
+
+// preparedOptions registers a type with opts and returns the options its
+// Prepare records for the workflow.
+func preparedOptions(t *testing.T, opts fanout.TypeOptions) fanout.TypeOptions {
+	t.Helper()
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", &audience{}, opts)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	acts := &activities.Activities{Registry: reg}
+	env.RegisterActivity(acts)
+	v, err := env.ExecuteActivity(acts.Prepare, activities.PrepareInput{Event: event("prep", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res activities.PrepareResult
+	if err := v.Get(&res); err != nil {
+		t.Fatal(err)
+	}
+	return res.Options
 }
 
 // TestPrepareResolvesLargeBatchSize: Prepare records the batch size of an
@@ -131,22 +138,8 @@ func TestPrepareResolvesLargeBatchSize(t *testing.T) {
 		{fanout.TypeOptions{LargeBatchSize: 3000}, 3000},
 		{fanout.TypeOptions{BatchSize: 300, LargeBatchSize: -1}, 300},
 	} {
-		reg := fanout.NewRegistry()
-		reg.MustRegister("t", &audience{}, tc.opts)
-		var s testsuite.WorkflowTestSuite
-		env := s.NewTestActivityEnvironment()
-		acts := &activities.Activities{Registry: reg}
-		env.RegisterActivity(acts)
-		v, err := env.ExecuteActivity(acts.Prepare, activities.PrepareInput{Event: event("prep", 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var res activities.PrepareResult
-		if err := v.Get(&res); err != nil {
-			t.Fatal(err)
-		}
-		if res.Options.LargeBatchSize != tc.want {
-			t.Errorf("options %+v: Prepare reported LargeBatchSize %d, want %d", tc.opts, res.Options.LargeBatchSize, tc.want)
+		if got := preparedOptions(t, tc.opts).LargeBatchSize; got != tc.want {
+			t.Errorf("options %+v: Prepare reported LargeBatchSize %d, want %d", tc.opts, got, tc.want)
 		}
 	}
 	for _, bad := range []fanout.TypeOptions{{LargeBatchSize: fanout.MaxBatchSize + 1}, {BatchSize: 500, LargeBatchSize: 400}} {

@@ -371,23 +371,7 @@ func TestEventsDLQRefusesDeadLetter(t *testing.T) {
 	}
 	dest.check(t, "destination", []string{"r0"})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var found kafka.Message
-	err := kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, starter.DefaultEventsDLQTopic, func(m kafka.Message) error {
-		if string(m.Key) == key {
-			found = m
-			return kafkatopic.ErrStop
-		}
-		return nil
-	})
-	if err != nil || found.Key == nil {
-		t.Fatalf("the refused record's dead letter: %v (found %v)", err, found.Key != nil)
-	}
-	h := map[string]string{}
-	for _, x := range found.Headers {
-		h[x.Key] = string(x.Value)
-	}
+	found, h := eventsDeadLetter(t, key)
 	if len(found.Value) != 0 || h[starter.HeaderReason] != starter.ReasonUnknownType || h[starter.HeaderTruncated] != strconv.Itoa(len(bad)) || h[starter.HeaderSourceOffset] == "" {
 		t.Errorf("dead letter: value %d bytes, headers %v", len(found.Value), h)
 	}

@@ -132,23 +132,7 @@ func TestHostilePoisonRecord(t *testing.T) {
 	if res := st.waitResult(t, good, time.Minute); res.Delivered != 10 {
 		t.Fatalf("the event behind the poison record delivered %d, want 10", res.Delivered)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var found kafka.Message
-	err = kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, starter.DefaultEventsDLQTopic, func(m kafka.Message) error {
-		if string(m.Key) == key {
-			found = m
-			return kafkatopic.ErrStop
-		}
-		return nil
-	})
-	if err != nil || found.Key == nil {
-		t.Fatalf("the poison record's dead letter: %v (found %v)", err, found.Key != nil)
-	}
-	h := map[string]string{}
-	for _, x := range found.Headers {
-		h[x.Key] = string(x.Value)
-	}
+	found, h := eventsDeadLetter(t, key)
 	if h[starter.HeaderReason] != starter.ReasonUnknownType || h[starter.HeaderTruncated] != strconv.Itoa(len(poison)) ||
 		len(found.Value) > 600_000 || len(h[starter.HeaderError]) > 2048 || h[starter.HeaderSourceOffset] == "" {
 		t.Errorf("dead letter: reason %q, truncated %q, value %d bytes, error %d bytes, offset %q",
@@ -158,6 +142,8 @@ func TestHostilePoisonRecord(t *testing.T) {
 	// A redrive re-publishes the whole original, read back from the events
 	// topic, not the cut copy (to a scratch topic here: it would only be
 	// dead-lettered again).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	scratch := "redriven-" + runID
 	if _, err := (&kafka.Client{Addr: kafka.TCP(st.KafkaAddr)}).CreateTopics(ctx, &kafka.CreateTopicsRequest{
 		Topics: []kafka.TopicConfig{{Topic: scratch, NumPartitions: 1, ReplicationFactor: 1}}}); err != nil {
@@ -265,4 +251,28 @@ func TestHostileHugePage(t *testing.T) {
 	if n := endpoint.hits.Load(); n != 1 {
 		t.Errorf("the endpoint was asked %d times, want once (a page too large is not retried)", n)
 	}
+}
+
+// eventsDeadLetter finds the events-DLQ record of the bad record keyed key
+// and returns it with its headers by name.
+func eventsDeadLetter(t *testing.T, key string) (kafka.Message, map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var found kafka.Message
+	err := kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, starter.DefaultEventsDLQTopic, func(m kafka.Message) error {
+		if string(m.Key) == key {
+			found = m
+			return kafkatopic.ErrStop
+		}
+		return nil
+	})
+	if err != nil || found.Key == nil {
+		t.Fatalf("the dead letter of record %.32s...: %v (found %v)", key, err, found.Key != nil)
+	}
+	h := map[string]string{}
+	for _, x := range found.Headers {
+		h[x.Key] = string(x.Value)
+	}
+	return found, h
 }

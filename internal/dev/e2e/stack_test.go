@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
@@ -184,15 +182,7 @@ func (s *testStack) publishEnvelopes(t *testing.T, envs ...starter.Envelope) {
 func (s *testStack) waitTyped(eventType, eventID string, timeout time.Duration) (workflows.FanoutResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for {
-		var res workflows.FanoutResult
-		err := s.TC.GetWorkflow(ctx, vocab.WorkflowID(eventType, eventID), "").Get(ctx, &res)
-		var nf *serviceerror.NotFound
-		if !errors.As(err, &nf) || ctx.Err() != nil {
-			return res, err
-		}
-		time.Sleep(100 * time.Millisecond) // not started yet
-	}
+	return s.WaitWorkflow(ctx, vocab.WorkflowID(eventType, eventID), eventID)
 }
 
 // runs counts the executions (runs, not continued-as-new ones) of a workflow id.

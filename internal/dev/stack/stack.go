@@ -495,9 +495,15 @@ func WorkflowID(eventID string) string { return vocab.WorkflowID(webhook.EventTy
 // Wait waits for a demo event's fan-out (through continue-as-new and
 // Temporal restarts) and returns its result.
 func (s *Stack) Wait(ctx context.Context, eventID string) (workflows.FanoutResult, error) {
+	return s.WaitWorkflow(ctx, WorkflowID(eventID), eventID)
+}
+
+// WaitWorkflow is Wait for the Fanout workflow wid of an event of any type
+// (named eventID in errors): it waits for the start, then for the end.
+func (s *Stack) WaitWorkflow(ctx context.Context, wid, eventID string) (workflows.FanoutResult, error) {
 	for {
 		var res workflows.FanoutResult
-		err := s.TC.GetWorkflow(ctx, WorkflowID(eventID), "").Get(ctx, &res)
+		err := s.TC.GetWorkflow(ctx, wid, "").Get(ctx, &res)
 		if err == nil {
 			return res, nil
 		}
