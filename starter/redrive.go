@@ -9,6 +9,7 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -190,6 +191,11 @@ type RedriveEventsOptions struct {
 	Brokers     []string
 	DLQTopic    string
 	EventsTopic string
+	// SourceTopic is the only topic a cut dead letter's original is read
+	// back from (default EventsTopic): a dead letter's source headers are
+	// only as trustworthy as whoever can write to the DLQ, and must not
+	// make the redrive copy records of another topic into the events topic.
+	SourceTopic string
 	// Reason selects records by their dead-letter reason ("" = all).
 	Reason string
 	Rate   float64
@@ -244,6 +250,11 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (RedriveEventsRe
 		}
 		out := kafka.Message{Key: m.Key, Value: m.Value, Headers: hs}
 		if cut {
+			if src.topic != cmp.Or(o.SourceTopic, o.EventsTopic) {
+				res.Lost++
+				slog.Warn("a cut dead letter names a source topic other than the events topic; left in the DLQ", "topic", src.topic)
+				return nil
+			}
 			orig, err := readOne(ctx, o.Brokers, src)
 			if err != nil {
 				res.Lost++

@@ -149,9 +149,18 @@ func TestHostilePoisonRecord(t *testing.T) {
 		Topics: []kafka.TopicConfig{{Topic: scratch, NumPartitions: 1, ReplicationFactor: 1}}}); err != nil {
 		t.Fatal(err)
 	}
+	// A forged cut dead letter pointing at another topic (the deliveries
+	// DLQ) is not followed: the redrive copies nothing from there.
+	w := kafkatopic.NewWriter([]string{st.KafkaAddr}, starter.DefaultEventsDLQTopic)
+	defer w.Close()
+	forged := starter.DeadLetterRecord(kafka.Message{Topic: activities.DefaultDeliveriesDLQTopic, Key: []byte("forged-" + key), Value: []byte(strings.Repeat("v", 600_000))},
+		starter.ReasonUnknownType, "forged", time.Now())
+	if err := w.WriteMessages(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
 	rr, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{Brokers: []string{st.KafkaAddr}, DLQTopic: starter.DefaultEventsDLQTopic,
-		EventsTopic: scratch, Reason: starter.ReasonUnknownType})
-	if err != nil || rr.FromSource < 1 || rr.Lost != 0 {
+		EventsTopic: scratch, SourceTopic: eventsTopic, Reason: starter.ReasonUnknownType})
+	if err != nil || rr.FromSource < 1 || rr.Lost != 1 {
 		t.Fatalf("redrive-events: %+v %v", rr, err)
 	}
 	var whole []byte
