@@ -121,6 +121,9 @@ type Worker struct {
 	// WebhookSecrets: Standard Webhooks secrets ("whsec_..."); when set,
 	// the webhook type signs every delivery with each of them.
 	WebhookSecrets []string `env:"FANOUT_WEBHOOK_SECRETS" envSeparator:","`
+	// WebhookSecretsFile: the same secrets from a file (a mounted Secret),
+	// one per line or comma-separated; not with FANOUT_WEBHOOK_SECRETS.
+	WebhookSecretsFile string `env:"FANOUT_WEBHOOK_SECRETS_FILE"`
 	// OutboundAllow: address ranges (CIDR or single addresses) the webhook
 	// client may reach although they are loopback, private, link-local or
 	// otherwise internal; empty: public addresses only.
@@ -289,10 +292,8 @@ func (w *Worker) Validate() error {
 			return fmt.Errorf("FANOUT_RECIPIENTS_URL_ALLOW: %q is not an http(s) URL prefix with a host", p)
 		}
 	}
-	if len(w.WebhookSecrets) > 0 {
-		if _, err := webhook.NewSigner(w.WebhookSecrets...); err != nil {
-			return fmt.Errorf("FANOUT_WEBHOOK_SECRETS: %w", err)
-		}
+	if _, err := w.signer(); err != nil {
+		return err
 	}
 	if w.HTTPTimeout <= 0 {
 		return fmt.Errorf("FANOUT_HTTP_TIMEOUT: must be positive")
@@ -336,10 +337,33 @@ func (w *Worker) Webhook() *webhook.Handler {
 		RecipientsURLAllow: w.RecipientsURLAllow,
 		Client:             webhook.NewClient(w.HTTPTimeout, w.deliveriesInFlight(), allow...),
 	}
-	if len(w.WebhookSecrets) > 0 {
-		h.Signer, _ = webhook.NewSigner(w.WebhookSecrets...) // checked by Validate
-	}
+	h.Signer, _ = w.signer() // checked by Validate
 	return h
+}
+
+// signer is the webhook signer of FANOUT_WEBHOOK_SECRETS or
+// FANOUT_WEBHOOK_SECRETS_FILE; nil when neither is set.
+func (w *Worker) signer() (*webhook.Signer, error) {
+	secrets, name := w.WebhookSecrets, "FANOUT_WEBHOOK_SECRETS"
+	if w.WebhookSecretsFile != "" {
+		if len(secrets) > 0 {
+			return nil, fmt.Errorf("FANOUT_WEBHOOK_SECRETS_FILE: set together with FANOUT_WEBHOOK_SECRETS; use one")
+		}
+		name = "FANOUT_WEBHOOK_SECRETS_FILE"
+		s, err := readSecretFile(name, w.WebhookSecretsFile)
+		if err != nil {
+			return nil, err
+		}
+		secrets = secretList(s)
+	}
+	if len(secrets) == 0 {
+		return nil, nil
+	}
+	s, err := webhook.NewSigner(secrets...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return s, nil
 }
 
 // deliveriesInFlight is the most deliveries the process makes at once: the

@@ -3,12 +3,14 @@ package config
 import (
 	"log/slog"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/workers/webhook"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 )
@@ -351,5 +353,47 @@ func TestWebhookSecretsSign(t *testing.T) {
 	var plain Worker
 	if err := Load(&plain); err != nil || plain.Webhook().Signer != nil {
 		t.Fatalf("a signer without FANOUT_WEBHOOK_SECRETS (%v)", err)
+	}
+}
+
+// TestWebhookSecretsFile: FANOUT_WEBHOOK_SECRETS_FILE (a mounted Secret, one
+// secret per line) signs with every secret in it, and its errors name the
+// variable without showing the file's content.
+func TestWebhookSecretsFile(t *testing.T) {
+	const a, b = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24="
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	clearFanoutEnv(t)
+	t.Setenv("FANOUT_WEBHOOK_SECRETS_FILE", file("two", a+"\n"+b+"\n"))
+	var w Worker
+	if err := Load(&w); err != nil {
+		t.Fatal(err)
+	}
+	sig := w.Webhook().Signer.Sign("msg_1", 1700000000, []byte(`{}`))
+	for _, sec := range []string{a, b} {
+		if err := webhook.Verify([]string{sec}, "msg_1", "1700000000", sig, []byte(`{}`), time.Unix(1700000000, 0), time.Minute); err != nil {
+			t.Errorf("signature %q does not verify with one of the file's secrets: %v", sig, err)
+		}
+	}
+
+	const leaked = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw-not-whsec"
+	runBadValues(t, []badValueCase{
+		{"secrets file missing", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS_FILE": filepath.Join(dir, "absent")}, "FANOUT_WEBHOOK_SECRETS_FILE"},
+		{"secrets file empty", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS_FILE": file("empty", "\n")}, "FANOUT_WEBHOOK_SECRETS_FILE"},
+		{"secrets file is a directory", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS_FILE": dir}, "FANOUT_WEBHOOK_SECRETS_FILE"},
+		{"secrets file and variable both set", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS_FILE": file("one", a), "FANOUT_WEBHOOK_SECRETS": a}, "FANOUT_WEBHOOK_SECRETS_FILE"},
+		{"bad secret in the file", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS_FILE": file("bad", leaked)}, "FANOUT_WEBHOOK_SECRETS_FILE"},
+	})
+	clearFanoutEnv(t)
+	t.Setenv("FANOUT_WEBHOOK_SECRETS_FILE", filepath.Join(dir, "bad"))
+	var bad Worker
+	if err := Load(&bad); err == nil || strings.Contains(err.Error(), "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") {
+		t.Fatalf("a bad secret file: error %v, want one that does not show the secret", err)
 	}
 }
