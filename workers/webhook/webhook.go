@@ -148,7 +148,12 @@ func newRequest(ctx context.Context, rawURL string, body []byte) (*http.Request,
 	// One parse, by NewRequest; the URL is checked before anything is sent.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
-		return nil, fanout.Permanent(fmt.Errorf("address: %w", err))
+		// Not the URL itself: it may carry credentials or a secret path.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fanout.Permanent(fmt.Errorf("address: not a valid URL: %w", err))
 	}
 	if err := checkURL(req.URL); err != nil {
 		return nil, err
@@ -194,6 +199,7 @@ func do(c *http.Client, req *http.Request, name string) (*http.Response, error) 
 	}
 	resp, err := c.Do(req)
 	if err != nil {
+		err = redactURLError(err, req.URL)
 		if recording {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, "request failed")
@@ -257,7 +263,28 @@ func (h *Handler) recipientsURL(p payload) (string, error) {
 			return p.RecipientsURL, nil
 		}
 	}
-	return "", fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url %.64q matches no FANOUT_RECIPIENTS_URL_ALLOW prefix", p.RecipientsURL))
+	shown := "(not a URL)"
+	if u, err := url.Parse(p.RecipientsURL); err == nil {
+		shown = Origin(u)
+	}
+	return "", fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url (%.64q...) matches no FANOUT_RECIPIENTS_URL_ALLOW prefix", shown))
+}
+
+// Origin is u's scheme, host and port: what errors, logs and spans may show
+// of an address. Its user information, path and query may be credentials
+// (a receiver's secret webhook path, a token parameter) and are never shown.
+func Origin(u *url.URL) string {
+	return u.Scheme + "://" + u.Host
+}
+
+// redactURLError replaces the URL of the *url.Error net/http returns (which
+// keeps the path and query; only a password is stripped) with its origin.
+func redactURLError(err error, u *url.URL) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &url.Error{Op: ue.Op, URL: Origin(u), Err: ue.Err}
+	}
+	return err
 }
 
 // GetRecipients asks the recipients endpoint for one page.
