@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,14 +59,34 @@ func (w *Worker) setDefaults() {
 
 // Redis is the Redis connection of the dedup gate.
 type Redis struct {
-	URL     string        `env:"FANOUT_REDIS_URL" envDefault:"redis://localhost:6379/0"`
+	RedisConn
 	GateTTL time.Duration `env:"FANOUT_GATE_TTL" envDefault:"168h"`
+}
+
+// RedisConn is how the workers and the bridge reach Redis: one server,
+// a cluster or Sentinel, with TLS and an ACL user (redis.go parses and
+// checks it; its tags stay here, where the deploy test reads the names).
+type RedisConn struct {
+	// URL: redis[s]://[user[:password]@]host[:port][,host[:port]...][/db][?options].
+	URL string `env:"FANOUT_REDIS_URL" envDefault:"redis://localhost:6379/0"`
+	// Mode: auto, single, cluster or sentinel (RedisAuto...).
+	Mode string `env:"FANOUT_REDIS_MODE" envDefault:"auto"`
+	// MasterName: the primary's name the sentinels watch (sentinel mode).
+	MasterName string `env:"FANOUT_REDIS_MASTER_NAME"`
+	// PasswordFile: the Redis password in a file (a mounted Secret); it
+	// overrides the URL's password.
+	PasswordFile string `env:"FANOUT_REDIS_PASSWORD_FILE"`
+	// SentinelPasswordFile: the sentinels' own password in a file.
+	SentinelPasswordFile string `env:"FANOUT_REDIS_SENTINEL_PASSWORD_FILE"`
+	// TLSCAFile: PEM certificates of a private CA trusted for rediss://
+	// instead of the system's.
+	TLSCAFile string `env:"FANOUT_REDIS_TLS_CA_FILE"`
 }
 
 // Bridge configures `starter bridge`.
 type Bridge struct {
 	Kafka
-	RedisURL string `env:"FANOUT_REDIS_URL" envDefault:"redis://localhost:6379/0"`
+	RedisConn
 	// EventTTL is how long the Redis event record keeps a fanned-out event
 	// id: longer than the events topic's retention, so a replay of the
 	// whole topic starts nothing again.
@@ -214,7 +233,7 @@ func (b *Bridge) Validate() error {
 	if err := b.Kafka.validate(); err != nil {
 		return err
 	}
-	if _, err := parseRedisURL(b.RedisURL); err != nil {
+	if err := b.RedisConn.validate(); err != nil {
 		return err
 	}
 	if b.EventTTL < time.Hour {
@@ -245,7 +264,7 @@ func (b *Bridge) Validate() error {
 
 // Validate checks the worker configuration.
 func (w *Worker) Validate() error {
-	if _, err := parseRedisURL(w.URL); err != nil {
+	if err := w.RedisConn.validate(); err != nil {
 		return err
 	}
 	if w.GateTTL < time.Hour {
@@ -415,15 +434,6 @@ func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, typ
 	}
 }
 
-// RedisClient returns a client of the Redis at url (FANOUT_REDIS_URL).
-func RedisClient(url string) (*redis.Client, error) {
-	opt, err := parseRedisURL(url)
-	if err != nil {
-		return nil, err
-	}
-	return redis.NewClient(opt), nil
-}
-
 // ParseLevel parses a slog level name.
 func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level
@@ -459,22 +469,4 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, with ...func(*client
 		return nil, fmt.Errorf("connect to Temporal at %s (TEMPORAL_ADDRESS): %w", addr, err)
 	}
 	return c, nil
-}
-
-// parseRedisURL parses FANOUT_REDIS_URL; its error names the variable and
-// never shows the URL's password (go-redis's parse errors quote the URL).
-func parseRedisURL(raw string) (*redis.Options, error) {
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, errors.New("FANOUT_REDIS_URL: " + strings.ReplaceAll(err.Error(), raw, redactURL(raw)))
-	}
-	return opt, nil
-}
-
-// userinfoPassword matches the password of a URL's userinfo.
-var userinfoPassword = regexp.MustCompile(`(://[^/@:]*:)[^@/]*@`)
-
-// redactURL is raw with the password of its userinfo replaced.
-func redactURL(raw string) string {
-	return userinfoPassword.ReplaceAllString(raw, "${1}xxxxx@")
 }

@@ -324,7 +324,7 @@ func TestRedisURLErrorsHideThePassword(t *testing.T) {
 	} {
 		for _, load := range []func() error{
 			func() error { clearFanoutEnv(t); t.Setenv("FANOUT_REDIS_URL", raw); var w Worker; return Load(&w) },
-			func() error { _, err := RedisClient(raw); return err },
+			func() error { _, err := RedisClient(RedisConn{URL: raw}); return err },
 		} {
 			err := load()
 			if err == nil || !strings.Contains(err.Error(), "FANOUT_REDIS_URL") || strings.Contains(err.Error(), "s3cret") {

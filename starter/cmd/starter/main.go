@@ -83,7 +83,7 @@ func runBridge(ctx context.Context) error {
 		return err
 	}
 	defer tc.Close()
-	rdb, err := config.RedisClient(cfg.RedisURL)
+	rdb, err := config.RedisClient(cfg.RedisConn)
 	if err != nil {
 		return err
 	}

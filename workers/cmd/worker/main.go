@@ -83,7 +83,7 @@ func run() error {
 	dlw := activities.NewDeadLetterWriter(cfg.Brokers, cfg.DeliveriesDLQ)
 	defer dlw.Close()
 
-	rdb, err := config.RedisClient(cfg.URL)
+	rdb, err := config.RedisClient(cfg.RedisConn)
 	if err != nil {
 		return err
 	}
