@@ -36,10 +36,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/activities/gate"
+	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/internal/dev/demo"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
@@ -86,6 +88,17 @@ type Options struct {
 	Client client.Options
 	// Env is added to every worker and bridge process.
 	Env []string
+	// CodecServer runs a codec server (internal/codecserver) in this
+	// process on 127.0.0.1:CodecServerPort (0 picks a free one) with
+	// CodecServerCodec, and has the dev server's UI decode payloads
+	// through it (--ui-codec-endpoint; Stack.CodecServerURL). Without
+	// CodecServerTokens it serves without a token, on loopback only (the
+	// dev UI has no login, so no token to pass); with them it refuses the
+	// UI, which then shows the payloads encrypted.
+	CodecServer       bool
+	CodecServerPort   int
+	CodecServerCodec  converter.PayloadCodec
+	CodecServerTokens []string
 	// Log receives progress (building the temporal CLI, installing
 	// redis-server); nil discards it.
 	Log io.Writer
@@ -102,6 +115,9 @@ type Stack struct {
 	// SinkURL is the webhook sink's base URL: deliveries go to
 	// SinkURL/deliver. It is DemoURL unless Options.SinkProcess.
 	SinkURL string
+	// CodecServerURL is the codec server's endpoint with
+	// Options.CodecServer, else "".
+	CodecServerURL string
 
 	TC   client.Client
 	RDB  *redis.Client
@@ -119,6 +135,7 @@ type Stack struct {
 	buildErr  error
 	kafka     *kfake.Cluster
 	srv       *http.Server
+	codecSrv  *codecserver.Server
 	mu        sync.Mutex
 	procs     map[string]*Proc // temporal, redis, workers and bridges
 	specs     map[string]procSpec
@@ -179,6 +196,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if s.tbin, err = ensureTemporalCLI(ctx, root, o.Log); err != nil {
 		return nil, err
 	}
+	if o.CodecServer {
+		if err := s.startCodecServer(o.CodecServerCodec); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.startTemporal(ctx); err != nil {
 		return nil, err
 	}
@@ -238,7 +260,11 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	if s.stock {
 		db = strings.TrimSuffix(db, ".db") + "-stock.db"
 	}
-	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, temporalArgs(s.opts.TemporalPort, s.opts.UIPort, s.mport, db, s.stock), nil)
+	args := temporalArgs(s.opts.TemporalPort, s.opts.UIPort, s.mport, db, s.stock)
+	if s.CodecServerURL != "" && s.opts.UIPort != 0 {
+		args = append(args, "--ui-codec-endpoint", s.CodecServerURL)
+	}
+	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, args, nil)
 	if err != nil {
 		return err
 	}
@@ -592,6 +618,9 @@ func (s *Stack) Close() {
 	}
 	if s.srv != nil {
 		s.srv.Close()
+	}
+	if s.codecSrv != nil {
+		s.codecSrv.Close()
 	}
 	if s.SinkClient != nil {
 		s.SinkClient.HTTP.CloseIdleConnections()
