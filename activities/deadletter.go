@@ -126,9 +126,14 @@ type DeadLetterWriter struct {
 	w, single *kafka.Writer
 }
 
-// NewDeadLetterWriter writes to topic on brokers.
-func NewDeadLetterWriter(brokers []string, topic string) *DeadLetterWriter {
-	return &DeadLetterWriter{w: kafkatopic.NewWriter(brokers, topic), single: kafkatopic.NewSingleWriter(brokers, topic)}
+// KafkaConn is how fanout connects to Kafka: the brokers, and TLS and SASL
+// when the cluster asks for them (kafkatopic.Conn, named here for users of
+// this package, e.g. KafkaConn{Brokers: []string{"kafka:9092"}}).
+type KafkaConn = kafkatopic.Conn
+
+// NewDeadLetterWriter writes to topic on the brokers of kc.
+func NewDeadLetterWriter(kc KafkaConn, topic string) *DeadLetterWriter {
+	return &DeadLetterWriter{w: kafkatopic.NewWriter(kc, topic), single: kafkatopic.NewSingleWriter(kc, topic)}
 }
 
 // Publish writes the dead letters, keyed by event id, and returns once the

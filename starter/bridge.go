@@ -63,16 +63,14 @@ const (
 
 // Config configures a Bridge.
 type Config struct {
-	Brokers        []string
+	// Kafka is the brokers and how to connect to them (TLS, SASL): the
+	// reader of the events topic and the events DLQ writer both use it.
+	Kafka          KafkaConn
 	Topic          string
 	GroupID        string
 	DLQTopic       string
 	Validator      Validator
 	CommitInterval time.Duration // 0: commit each record synchronously
-	// Dialer is used for TLS/SASL; nil means plain TCP.
-	Dialer *kafka.Dialer
-	// Transport is used by the DLQ writer for TLS/SASL; nil means plain TCP.
-	Transport kafka.RoundTripper
 	// Events is the Redis record of started events, so a replay after
 	// Temporal's retention starts nothing; nil relies on Temporal's id
 	// policies only.
@@ -117,7 +115,6 @@ func New(cfg Config, tc client.Client) *Bridge {
 		log = slog.Default()
 	}
 	rc := kafka.ReaderConfig{
-		Brokers:        cfg.Brokers,
 		Topic:          cfg.Topic,
 		GroupID:        cfg.GroupID,
 		MinBytes:       1,
@@ -125,23 +122,15 @@ func New(cfg Config, tc client.Client) *Bridge {
 		MaxWait:        250 * time.Millisecond,
 		CommitInterval: cfg.CommitInterval,
 		StartOffset:    kafka.FirstOffset,
-		Dialer:         cfg.Dialer,
 	}
 	return &Bridge{
 		cfg:    cfg,
 		tc:     tc,
-		reader: kafka.NewReader(rc),
-		dlq:    dlqWriter(cfg),
+		reader: kafkatopic.NewReader(cfg.Kafka, rc),
+		dlq:    kafkatopic.NewWriter(cfg.Kafka, cfg.DLQTopic),
 		log:    log,
 		inst:   newInstruments(cfg.TracerProvider, cfg.MeterProvider),
 	}
-}
-
-// dlqWriter writes the events DLQ, through cfg.Transport when set.
-func dlqWriter(cfg Config) *kafka.Writer {
-	w := kafkatopic.NewWriter(cfg.Brokers, cfg.DLQTopic)
-	w.Transport = cfg.Transport
-	return w
 }
 
 // Run consumes until ctx is canceled, then finishes the records in hand,
@@ -149,7 +138,7 @@ func dlqWriter(cfg Config) *kafka.Writer {
 // goroutine, partitions concurrently. It logs when it starts and, with its
 // counts, when it stops.
 func (b *Bridge) Run(ctx context.Context) error {
-	b.log.Info("bridge consuming", "brokers", b.cfg.Brokers, "topic", b.cfg.Topic, "group", b.cfg.GroupID,
+	b.log.Info("bridge consuming", "brokers", b.cfg.Kafka.Brokers, "kafka_security", b.cfg.Kafka.Security(), "topic", b.cfg.Topic, "group", b.cfg.GroupID,
 		"types", b.cfg.Validator.Types, "eager", b.cfg.Eager)
 	defer func() {
 		b.log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())

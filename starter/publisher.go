@@ -18,9 +18,14 @@ type Publisher struct {
 	w     *kafka.Writer
 }
 
-// NewPublisher publishes to topic on brokers.
-func NewPublisher(brokers []string, topic string) *Publisher {
-	return &Publisher{topic: topic, w: kafkatopic.NewWriter(brokers, topic)}
+// KafkaConn is how fanout connects to Kafka: the brokers, and TLS and SASL
+// when the cluster asks for them (kafkatopic.Conn, named here for users of
+// this package).
+type KafkaConn = kafkatopic.Conn
+
+// NewPublisher publishes to topic on the brokers of kc.
+func NewPublisher(kc KafkaConn, topic string) *Publisher {
+	return &Publisher{topic: topic, w: kafkatopic.NewWriter(kc, topic)}
 }
 
 // Publish writes the events with the trace context of ctx and returns once

@@ -47,9 +47,9 @@ func (f RedriveFilter) Match(d activities.DeadLetter) bool {
 
 // RedriveOptions of a deliveries redrive.
 type RedriveOptions struct {
-	Brokers []string
-	Topic   string
-	Filter  RedriveFilter
+	Kafka  KafkaConn
+	Topic  string
+	Filter RedriveFilter
 	// Rate caps re-deliveries per second (0: 100).
 	Rate float64
 	// BatchSize caps recipients per redrive batch (0: fanout.DefaultBatchSize).
@@ -101,7 +101,7 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 	var order []string
 	seen := map[string]bool{}
 	var res RedriveResult
-	err := kafkatopic.ReadAll(ctx, o.Brokers, o.Topic, func(m kafka.Message) error {
+	err := kafkatopic.ReadAll(ctx, o.Kafka, o.Topic, func(m kafka.Message) error {
 		d, err := activities.DecodeDeadLetter(m.Value)
 		if err != nil {
 			// Not one fanout wrote: leave it, and say so.
@@ -188,7 +188,7 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 
 // RedriveEventsOptions of an events-DLQ redrive.
 type RedriveEventsOptions struct {
-	Brokers     []string
+	Kafka       KafkaConn
 	DLQTopic    string
 	EventsTopic string
 	// SourceTopic is the only topic a cut dead letter's original is read
@@ -220,10 +220,10 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (RedriveEventsRe
 		o.Rate = 100
 	}
 	lim := rate.NewLimiter(rate.Limit(o.Rate), 1)
-	pub := NewPublisher(o.Brokers, o.EventsTopic)
+	pub := NewPublisher(o.Kafka, o.EventsTopic)
 	defer pub.Close()
 	var res RedriveEventsResult
-	err := kafkatopic.ReadAll(ctx, o.Brokers, o.DLQTopic, func(m kafka.Message) error {
+	err := kafkatopic.ReadAll(ctx, o.Kafka, o.DLQTopic, func(m kafka.Message) error {
 		var reason string
 		var cut bool
 		var src source
@@ -255,7 +255,7 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (RedriveEventsRe
 				slog.Warn("a cut dead letter names a source topic other than the events topic; left in the DLQ", "topic", src.topic)
 				return nil
 			}
-			orig, err := readOne(ctx, o.Brokers, src)
+			orig, err := readOne(ctx, o.Kafka, src)
 			if err != nil {
 				res.Lost++
 				slog.Warn("a cut dead letter's original is not in its source topic; left in the DLQ",
@@ -285,13 +285,13 @@ type source struct {
 }
 
 // readOne reads the record at src, if the topic still holds it.
-func readOne(ctx context.Context, brokers []string, src source) (kafka.Message, error) {
+func readOne(ctx context.Context, kc KafkaConn, src source) (kafka.Message, error) {
 	if src.topic == "" {
 		return kafka.Message{}, errors.New("no source topic")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: src.topic, Partition: src.partition, MaxBytes: 10 << 20})
+	r := kafkatopic.NewReader(kc, kafka.ReaderConfig{Topic: src.topic, Partition: src.partition, MaxBytes: 10 << 20})
 	defer r.Close()
 	if err := r.SetOffset(src.offset); err != nil {
 		return kafka.Message{}, err

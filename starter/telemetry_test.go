@@ -78,7 +78,7 @@ func TestRecordContextHeaderCase(t *testing.T) {
 func TestRecordSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	b := New(Config{Brokers: []string{"127.0.0.1:1"}, Topic: "ev", GroupID: "g", DLQTopic: "dlq", TracerProvider: tp}, nil)
+	b := New(Config{Kafka: KafkaConn{Brokers: []string{"127.0.0.1:1"}}, Topic: "ev", GroupID: "g", DLQTopic: "dlq", TracerProvider: tp}, nil)
 	defer b.reader.Close()
 	defer b.dlq.Close()
 	m := kafka.Message{Topic: "ev", Partition: 2, Offset: 7, Key: []byte("e1"),

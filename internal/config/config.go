@@ -37,6 +37,7 @@ type Kafka struct {
 	Brokers     []string `env:"FANOUT_KAFKA_BROKERS" envSeparator:"," envDefault:"localhost:9092"`
 	EventsTopic string   `env:"FANOUT_EVENTS_TOPIC"`
 	EventsDLQ   string   `env:"FANOUT_EVENTS_DLQ_TOPIC"`
+	KafkaSecurity
 }
 
 // setDefaults fills the defaults that are named elsewhere (topics, queues,
@@ -107,6 +108,7 @@ type Bridge struct {
 // Worker configures the worker binary.
 type Worker struct {
 	Redis
+	KafkaSecurity
 	Brokers       []string `env:"FANOUT_KAFKA_BROKERS" envSeparator:"," envDefault:"localhost:9092"`
 	DeliveriesDLQ string   `env:"FANOUT_DELIVERIES_DLQ_TOPIC"`
 	// The stock webhook type's options (0: fanout's defaults).
@@ -225,7 +227,8 @@ func (k Kafka) validate() error {
 	if k.EventsTopic == k.EventsDLQ {
 		return fmt.Errorf("FANOUT_EVENTS_DLQ_TOPIC: must differ from FANOUT_EVENTS_TOPIC")
 	}
-	return nil
+	_, err := k.KafkaConn()
+	return err
 }
 
 // Validate checks the bridge configuration.
@@ -271,6 +274,9 @@ func (w *Worker) Validate() error {
 		return fmt.Errorf("FANOUT_GATE_TTL: %v is under 1h; it must outlast every retry of an event", w.GateTTL)
 	}
 	if err := validateBrokers(w.Brokers); err != nil {
+		return err
+	}
+	if _, err := w.KafkaConn(); err != nil {
 		return err
 	}
 	if w.DeliveriesDLQ == "" {
@@ -417,13 +423,17 @@ func (w *Worker) TypeOptions() fanout.TypeOptions {
 
 // StarterConfig is the bridge configuration of the binaries' environment.
 // types are the event types it accepts: the registry's when the bridge runs
-// in a worker, nil for FANOUT_EVENT_TYPES.
-func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, types []string) starter.Config {
+// in a worker, nil for FANOUT_EVENT_TYPES. Its error is KafkaConn's.
+func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, types []string) (starter.Config, error) {
 	if types == nil {
 		types = cfg.EventTypes
 	}
+	kc, err := cfg.KafkaConn()
+	if err != nil {
+		return starter.Config{}, err
+	}
 	return starter.Config{
-		Brokers:        cfg.Brokers,
+		Kafka:          kc,
 		Topic:          cfg.EventsTopic,
 		GroupID:        cfg.Group,
 		DLQTopic:       cfg.EventsDLQ,
@@ -431,7 +441,7 @@ func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, typ
 		CommitInterval: cfg.CommitInterval,
 		Events:         starter.NewEventRecord(rdb, cfg.EventTTL),
 		Logger:         log,
-	}
+	}, nil
 }
 
 // ParseLevel parses a slog level name.

@@ -277,14 +277,20 @@ func TestBridgeTypesComeFromTheRegistry(t *testing.T) {
 	defer rdb.Close()
 	log := slog.New(slog.DiscardHandler)
 
-	inWorker := b.StarterConfig(rdb, log, []string{"orders", "webhook"})
+	inWorker, err := b.StarterConfig(rdb, log, []string{"orders", "webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := inWorker.Validator.Types; !reflect.DeepEqual(got, []string{"orders", "webhook"}) {
 		t.Errorf("bridge in a worker accepts %v, want the registry's [orders webhook]", got)
 	}
 	if _, err := inWorker.Validator.Parse(kafka.Message{Value: []byte(`{"id":"1","type":"from-env"}`)}); err == nil {
 		t.Error("bridge in a worker accepted a type that only FANOUT_EVENT_TYPES names")
 	}
-	standalone := b.StarterConfig(rdb, log, nil)
+	standalone, err := b.StarterConfig(rdb, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := standalone.Validator.Types; !reflect.DeepEqual(got, []string{"from-env"}) {
 		t.Errorf("stand-alone bridge accepts %v, want FANOUT_EVENT_TYPES [from-env]", got)
 	}

@@ -14,23 +14,30 @@ import (
 
 // NewWriter returns the writer fanout uses for every topic it produces to
 // (the events topic, both dead-letter topics): acknowledged by all replicas,
-// keyed records on the same partition, small batches for low latency.
-func NewWriter(brokers []string, topic string) *kafka.Writer {
+// keyed records on the same partition, small batches for low latency. It
+// connects as c says (TLS, SASL).
+func NewWriter(c Conn, topic string) *kafka.Writer {
 	return &kafka.Writer{
-		Addr:         kafka.TCP(brokers...),
+		Addr:         kafka.TCP(c.Brokers...),
 		Topic:        topic,
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 5 * time.Millisecond,
+		Transport:    c.Transport(),
 	}
 }
 
 // ReadAll reads every record of topic from the first offset up to the end
-// offsets seen at the start, calling fn for each. It reads all partitions.
-func ReadAll(ctx context.Context, brokers []string, topic string, fn func(kafka.Message) error) error {
-	conn, err := kafka.DialContext(ctx, "tcp", brokers[0])
+// offsets seen at the start, calling fn for each. It reads all partitions,
+// connecting as c says.
+func ReadAll(ctx context.Context, c Conn, topic string, fn func(kafka.Message) error) error {
+	if len(c.Brokers) == 0 {
+		return errNoBrokers
+	}
+	d := c.Dialer()
+	conn, err := d.DialContext(ctx, "tcp", c.Brokers[0])
 	if err != nil {
-		return err
+		return fmt.Errorf("kafka %s: %w", c.Brokers[0], err)
 	}
 	parts, err := conn.ReadPartitions(topic)
 	conn.Close()
@@ -38,7 +45,7 @@ func ReadAll(ctx context.Context, brokers []string, topic string, fn func(kafka.
 		return fmt.Errorf("partitions of %s: %w", topic, err)
 	}
 	for _, p := range parts {
-		lc, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, p.ID)
+		lc, err := d.DialLeader(ctx, "tcp", c.Brokers[0], topic, p.ID)
 		if err != nil {
 			return err
 		}
@@ -50,7 +57,7 @@ func ReadAll(ctx context.Context, brokers []string, topic string, fn func(kafka.
 		if last <= first {
 			continue
 		}
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
+		r := NewReader(c, kafka.ReaderConfig{Topic: topic, Partition: p.ID, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
 		if err := r.SetOffset(first); err != nil {
 			r.Close()
 			return err
@@ -122,8 +129,8 @@ func recordRefused(err error) bool {
 // NewSingleWriter is NewWriter sending each record in a produce batch of
 // its own: for records written again after their batch was refused, so one
 // large neighbour cannot make a broker refuse a small record.
-func NewSingleWriter(brokers []string, topic string) *kafka.Writer {
-	w := NewWriter(brokers, topic)
+func NewSingleWriter(c Conn, topic string) *kafka.Writer {
+	w := NewWriter(c, topic)
 	w.BatchSize = 1
 	return w
 }

@@ -90,7 +90,7 @@ func deadLetters(ctx context.Context, addr, eventID string) (map[string]bool, in
 	defer cancel()
 	recips := map[string]bool{}
 	n := 0
-	err := kafkatopic.ReadAll(ctx, []string{addr}, activities.DefaultDeliveriesDLQTopic, func(m kafka.Message) error {
+	err := kafkatopic.ReadAll(ctx, kafkatopic.Conn{Brokers: []string{addr}}, activities.DefaultDeliveriesDLQTopic, func(m kafka.Message) error {
 		var d activities.DeadLetter
 		if err := json.Unmarshal(m.Value, &d); err != nil {
 			return nil

@@ -455,7 +455,7 @@ func PermanentFailuresRedrive(ctx context.Context, o Options, size int) (Report,
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
 		rr, err := starter.RedriveDeliveries(rctx, u.s.TC, starter.RedriveOptions{
-			Brokers: []string{u.s.KafkaAddr}, Topic: activities.DefaultDeliveriesDLQTopic,
+			Kafka: u.s.KafkaConn(), Topic: activities.DefaultDeliveriesDLQTopic,
 			Filter: starter.RedriveFilter{EventID: ev.ID}, Rate: 100000, Wait: true,
 		})
 		if err != nil {

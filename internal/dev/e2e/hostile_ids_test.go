@@ -234,7 +234,7 @@ func readDeadLetters(t *testing.T, topic string, fn func(activities.DeadLetter))
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, topic, func(m kafka.Message) error {
+	err := kafkatopic.ReadAll(ctx, st.KafkaConn(), topic, func(m kafka.Message) error {
 		var d activities.DeadLetter
 		if json.Unmarshal(m.Value, &d) == nil {
 			fn(d)
@@ -345,7 +345,7 @@ func TestLargeDeadLetters(t *testing.T) {
 	// them, and says how many.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Brokers: []string{st.KafkaAddr}, Topic: activities.DefaultDeliveriesDLQTopic,
+	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Kafka: st.KafkaConn(), Topic: activities.DefaultDeliveriesDLQTopic,
 		Filter: starter.RedriveFilter{EventID: omitted}, Round: "omitted-" + runID, Wait: true})
 	if err != nil || rr.Matched != 250 || rr.Unredrivable != 250 || rr.Batches != 0 {
 		t.Errorf("redrive of the letters without message: %+v %v", rr, err)
@@ -435,7 +435,7 @@ func TestRedriveRefusesForgedDeadLetters(t *testing.T) {
 		return kafka.Message{Key: []byte(eventID), Value: v}
 	}
 	id := "forged-" + runID
-	w := kafkatopic.NewWriter([]string{st.KafkaAddr}, activities.DefaultDeliveriesDLQTopic)
+	w := kafkatopic.NewWriter(st.KafkaConn(), activities.DefaultDeliveriesDLQTopic)
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -445,7 +445,7 @@ func TestRedriveRefusesForgedDeadLetters(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Brokers: []string{st.KafkaAddr}, Topic: activities.DefaultDeliveriesDLQTopic,
+	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Kafka: st.KafkaConn(), Topic: activities.DefaultDeliveriesDLQTopic,
 		Filter: starter.RedriveFilter{EventID: id}, Round: "forged-" + runID, Wait: true})
 	if err != nil || rr.Invalid != 2 || rr.Batches != 0 {
 		t.Errorf("redrive: %+v %v; want the 2 forged records counted invalid", rr, err)

@@ -151,20 +151,20 @@ func TestHostilePoisonRecord(t *testing.T) {
 	}
 	// A forged cut dead letter pointing at another topic (the deliveries
 	// DLQ) is not followed: the redrive copies nothing from there.
-	w := kafkatopic.NewWriter([]string{st.KafkaAddr}, starter.DefaultEventsDLQTopic)
+	w := kafkatopic.NewWriter(st.KafkaConn(), starter.DefaultEventsDLQTopic)
 	defer w.Close()
 	forged := starter.DeadLetterRecord(kafka.Message{Topic: activities.DefaultDeliveriesDLQTopic, Key: []byte("forged-" + key), Value: []byte(strings.Repeat("v", 600_000))},
 		starter.ReasonUnknownType, "forged", time.Now())
 	if err := w.WriteMessages(ctx, forged); err != nil {
 		t.Fatal(err)
 	}
-	rr, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{Brokers: []string{st.KafkaAddr}, DLQTopic: starter.DefaultEventsDLQTopic,
+	rr, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{Kafka: st.KafkaConn(), DLQTopic: starter.DefaultEventsDLQTopic,
 		EventsTopic: scratch, SourceTopic: eventsTopic, Reason: starter.ReasonUnknownType})
 	if err != nil || rr.FromSource < 1 || rr.Lost != 1 {
 		t.Fatalf("redrive-events: %+v %v", rr, err)
 	}
 	var whole []byte
-	err = kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, scratch, func(m kafka.Message) error {
+	err = kafkatopic.ReadAll(ctx, st.KafkaConn(), scratch, func(m kafka.Message) error {
 		if string(m.Key) == key {
 			whole = m.Value
 		}
@@ -199,7 +199,7 @@ func TestTerminatedBatchIsDeadLettered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n := 0
-	err := kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, activities.DefaultDeliveriesDLQTopic, func(m kafka.Message) error {
+	err := kafkatopic.ReadAll(ctx, st.KafkaConn(), activities.DefaultDeliveriesDLQTopic, func(m kafka.Message) error {
 		var d activities.DeadLetter
 		if json.Unmarshal(m.Value, &d) == nil && d.EventID == id {
 			n++
@@ -212,7 +212,7 @@ func TestTerminatedBatchIsDeadLettered(t *testing.T) {
 	if err != nil || n != int(batch) {
 		t.Fatalf("%d dead letters of the event in the DLQ (%v), want %d", n, err, batch)
 	}
-	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Brokers: []string{st.KafkaAddr}, Topic: activities.DefaultDeliveriesDLQTopic,
+	rr, err := starter.RedriveDeliveries(ctx, st.TC, starter.RedriveOptions{Kafka: st.KafkaConn(), Topic: activities.DefaultDeliveriesDLQTopic,
 		Filter: starter.RedriveFilter{EventID: id}, Round: "bt-" + runID, Wait: true})
 	if err != nil || rr.Matched != int(batch) || rr.Delivered+rr.Skipped != int(batch) || rr.Failed != 0 {
 		t.Fatalf("redrive: %+v %v; want all %d delivered or skipped", rr, err, batch)
@@ -269,7 +269,7 @@ func eventsDeadLetter(t *testing.T, key string) (kafka.Message, map[string]strin
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var found kafka.Message
-	err := kafkatopic.ReadAll(ctx, []string{st.KafkaAddr}, starter.DefaultEventsDLQTopic, func(m kafka.Message) error {
+	err := kafkatopic.ReadAll(ctx, st.KafkaConn(), starter.DefaultEventsDLQTopic, func(m kafka.Message) error {
 		if string(m.Key) == key {
 			found = m
 			return kafkatopic.ErrStop

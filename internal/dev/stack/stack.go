@@ -211,7 +211,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if s.kafka, s.KafkaAddr, err = startKafka(o.KafkaPort); err != nil {
 		return nil, err
 	}
-	s.Publisher = starter.NewPublisher([]string{s.KafkaAddr}, starter.DefaultEventsTopic)
+	s.Publisher = starter.NewPublisher(s.KafkaConn(), starter.DefaultEventsTopic)
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", o.DemoPort))
 	if err != nil {
 		return nil, err
@@ -438,18 +438,24 @@ func (s *Stack) RunWorkers(o workers.Options) (stop func()) {
 	if o.Queues == nil {
 		o.Queues = vocab.Queues()
 	}
-	dlw := activities.NewDeadLetterWriter([]string{s.KafkaAddr}, activities.DefaultDeliveriesDLQTopic)
+	dlw := activities.NewDeadLetterWriter(s.KafkaConn(), activities.DefaultDeliveriesDLQTopic)
 	o.DeadLetters = cmp.Or(o.DeadLetters, activities.DeadLetterPublisher(dlw))
 	return s.run("workers", o.Logger, func(ctx context.Context) error { return workers.Run(ctx, o) }, dlw.Close)
 }
 
+// KafkaConn is the connection to the stack's broker (plain TCP on
+// 127.0.0.1).
+func (s *Stack) KafkaConn() starter.KafkaConn {
+	return starter.KafkaConn{Brokers: []string{s.KafkaAddr}}
+}
+
 // RunBridge runs a bridge in this process until stop is called. cfg's
-// Brokers, Topic, GroupID, DLQTopic and Events default to the stack's
+// Kafka, Topic, GroupID, DLQTopic and Events default to the stack's
 // broker, the events topic, group fanout-bridge, the events DLQ, and a
 // record of started events in the stack's Redis (for an hour).
 func (s *Stack) RunBridge(cfg starter.Config) (b *starter.Bridge, stop func()) {
-	if cfg.Brokers == nil {
-		cfg.Brokers = []string{s.KafkaAddr}
+	if cfg.Kafka.Brokers == nil {
+		cfg.Kafka = s.KafkaConn()
 	}
 	cfg.Topic = cmp.Or(cfg.Topic, starter.DefaultEventsTopic)
 	cfg.GroupID = cmp.Or(cfg.GroupID, starter.DefaultConsumerGroup)

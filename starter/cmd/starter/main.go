@@ -88,7 +88,10 @@ func runBridge(ctx context.Context) error {
 		return err
 	}
 	defer rdb.Close()
-	bc := cfg.StarterConfig(rdb, log, nil)
+	bc, err := cfg.StarterConfig(rdb, log, nil)
+	if err != nil {
+		return err
+	}
 	bc.TracerProvider, bc.MeterProvider = tel.TracerProvider, tel.MeterProvider
 	return starter.New(bc, tc).Run(ctx)
 }
@@ -97,6 +100,10 @@ func runPublish(ctx context.Context, args []string) error {
 	var cfg config.Kafka
 	if err := config.Load(&cfg); err != nil {
 		return err
+	}
+	kc, err := cfg.KafkaConn()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
 	id := fs.String("id", "", "event id (required; with -count N, ids are <id>-<i>)")
@@ -157,7 +164,7 @@ func runPublish(ctx context.Context, args []string) error {
 		}
 		msgs = append(msgs, m)
 	}
-	pub := starter.NewPublisher(cfg.Brokers, cfg.EventsTopic)
+	pub := starter.NewPublisher(kc, cfg.EventsTopic)
 	defer pub.Close()
 	if err := pub.PublishRecords(ctx, msgs...); err != nil {
 		return err
@@ -181,6 +188,10 @@ func runRedrive(ctx context.Context, args []string) error {
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}
+	kc, err := cfg.KafkaConn()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	var f starter.RedriveFilter
 	fs.StringVar(&f.EventID, "event-id", "", "only dead letters of this event id")
@@ -199,7 +210,7 @@ func runRedrive(ctx context.Context, args []string) error {
 	}
 	defer tc.Close()
 	res, err := starter.RedriveDeliveries(ctx, tc, starter.RedriveOptions{
-		Brokers: cfg.Brokers, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
+		Kafka: kc, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
 	})
 	fmt.Printf("redrive: matched %d dead letters in %d batches; delivered %d, already delivered %d, failed again %d\n",
 		res.Matched, res.Batches, res.Delivered, res.Skipped, res.Failed)
@@ -217,6 +228,10 @@ func runRedriveEvents(ctx context.Context, args []string) error {
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}
+	kc, err := cfg.KafkaConn()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	fs := flag.NewFlagSet("redrive-events", flag.ContinueOnError)
 	reason := fs.String("reason", "", "only records dead-lettered for this reason (e.g. unknown_type)")
 	rps := fs.Float64("rate", 100, "records per second, at most")
@@ -224,7 +239,7 @@ func runRedriveEvents(ctx context.Context, args []string) error {
 		return err
 	}
 	res, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{
-		Brokers: cfg.Brokers, DLQTopic: cfg.EventsDLQ, EventsTopic: cfg.EventsTopic, Reason: *reason, Rate: *rps,
+		Kafka: kc, DLQTopic: cfg.EventsDLQ, EventsTopic: cfg.EventsTopic, Reason: *reason, Rate: *rps,
 	})
 	fmt.Printf("redrive-events: re-published %d records to %s (%d cut dead letters from their source topic)\n", res.Republished, cfg.EventsTopic, res.FromSource)
 	if res.Lost > 0 {

@@ -80,7 +80,11 @@ func run() error {
 
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, cfg.Webhook(), cfg.TypeOptions())
-	dlw := activities.NewDeadLetterWriter(cfg.Brokers, cfg.DeliveriesDLQ)
+	kc, err := cfg.KafkaConn()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dlw := activities.NewDeadLetterWriter(kc, cfg.DeliveriesDLQ)
 	defer dlw.Close()
 
 	rdb, err := config.RedisClient(cfg.RedisConn)
@@ -93,7 +97,10 @@ func run() error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.Bridge {
-		bc := bcfg.StarterConfig(rdb, log, reg.Types())
+		bc, err := bcfg.StarterConfig(rdb, log, reg.Types())
+		if err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
 		bc.TracerProvider, bc.MeterProvider, bc.Eager = tel.TracerProvider, tel.MeterProvider, true
 		g.Go(func() error { return starter.New(bc, tc).Run(gctx) })
 	}
