@@ -45,7 +45,10 @@ const (
 	k8sDir      = "k8s"
 	composeFile = "compose.yaml"
 	dockerfile  = "Dockerfile"
-	configGo    = "../internal/config/config.go"
+	configDir   = "../internal/config"
+	// examplesDir holds examples the kustomization does not apply (the
+	// Secret); the checks resolve references against them.
+	examplesDir = "k8s/examples"
 	starterGo   = "../starter/cmd/starter/main.go"
 	goMod       = "../go.mod"
 
@@ -121,6 +124,11 @@ type container struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
 	} `yaml:"ports"`
+	VolumeMounts []struct {
+		Name      string `yaml:"name"`
+		MountPath string `yaml:"mountPath"`
+		ReadOnly  bool   `yaml:"readOnly"`
+	} `yaml:"volumeMounts"`
 	LivenessProbe *struct {
 		HTTPGet *struct {
 			Path string    `yaml:"path"`
@@ -143,9 +151,15 @@ type container struct {
 }
 
 type podSpec struct {
-	RestartPolicy   string      `yaml:"restartPolicy"`
-	InitContainers  []container `yaml:"initContainers"`
-	Containers      []container `yaml:"containers"`
+	RestartPolicy  string      `yaml:"restartPolicy"`
+	InitContainers []container `yaml:"initContainers"`
+	Containers     []container `yaml:"containers"`
+	Volumes        []struct {
+		Name   string `yaml:"name"`
+		Secret *struct {
+			SecretName string `yaml:"secretName"`
+		} `yaml:"secret"`
+	} `yaml:"volumes"`
 	SecurityContext *struct {
 		RunAsNonRoot *bool `yaml:"runAsNonRoot"`
 		RunAsUser    *int  `yaml:"runAsUser"`
@@ -316,8 +330,14 @@ func loadManifests(t *testing.T) *manifests {
 		scaledObjects: map[string]scaledObject{}, triggerAuths: map[string]triggerAuthentication{},
 		where: map[string]string{},
 	}
-	for _, f := range files {
-		m.files = append(m.files, filepath.Base(f))
+	examples, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range slices.Concat(files, examples) {
+		if !slices.Contains(examples, f) {
+			m.files = append(m.files, filepath.Base(f))
+		}
 		for _, d := range readYAMLDocs(t, f) {
 			m.docs = append(m.docs, d)
 			key := d.obj.Kind + "/" + d.obj.Metadata.Name
@@ -443,6 +463,59 @@ func (m *manifests) containerEnv(c container) (map[string]string, []error) {
 	return envm, errs
 }
 
+// mountSecrets writes the Secrets the container mounts (from the manifests
+// and examples) into a temporary directory and points the environment's
+// paths under each mount there, as the kubelet does, so the start-up
+// validation reads the files. A path under a mount that names no key of the
+// Secret is an error: the process would not find the file.
+func (m *manifests) mountSecrets(t *testing.T, ps podSpec, c container, envm map[string]string) (map[string]string, error) {
+	t.Helper()
+	out := maps.Clone(envm)
+	var errs []error
+	for _, vm := range c.VolumeMounts {
+		var secretName string
+		for _, v := range ps.Volumes {
+			if v.Name == vm.Name && v.Secret != nil {
+				secretName = v.Secret.SecretName
+			}
+		}
+		if secretName == "" {
+			continue
+		}
+		if !vm.ReadOnly {
+			errs = append(errs, fmt.Errorf("volumeMount %s (Secret %s) is not readOnly", vm.Name, secretName))
+		}
+		s, ok := m.secrets[secretName]
+		if !ok {
+			errs = append(errs, fmt.Errorf("volume %s: Secret %s is defined neither in %s nor in %s", vm.Name, secretName, k8sDir, examplesDir))
+			continue
+		}
+		vals, err := secretValues(s)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		dir := filepath.Join(t.TempDir(), filepath.FromSlash(vm.MountPath))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range vals {
+			if err := os.WriteFile(filepath.Join(dir, k), []byte(v), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prefix := strings.TrimSuffix(vm.MountPath, "/") + "/"
+		for name, v := range envm {
+			if key, ok := strings.CutPrefix(v, prefix); ok {
+				if _, has := vals[key]; !has {
+					errs = append(errs, fmt.Errorf("%s=%s: Secret %s has no key %q", name, v, secretName, key))
+				}
+				out[name] = filepath.Join(dir, key)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 // composeStack is deploy/compose.yaml.
 type composeStack struct {
 	services map[string]composeService
@@ -561,38 +634,57 @@ func composeBuild(s composeService) (context, file string, err error) {
 // ---------------------------------------------------------------------------
 // What the code says.
 
-// fanoutEnvNames returns every `env:"..."` tag of the structs in
-// internal/config/config.go: the FANOUT_* variables the processes read.
+// fanoutEnvNames returns the FANOUT_* variables the processes read: every
+// `env:"..."` tag of the structs in internal/config, and the string
+// constants there that are exactly a variable's name (variables read
+// directly, such as FANOUT_TEMPORAL_API_KEY_FILE).
 func fanoutEnvNames(t *testing.T) map[string]bool {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), configGo, nil, parser.SkipObjectResolution)
+	files, err := filepath.Glob(filepath.Join(configDir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	nameOnly := regexp.MustCompile(`^FANOUT_[A-Z0-9_]+$`)
 	names := map[string]bool{}
-	ast.Inspect(f, func(n ast.Node) bool {
-		st, ok := n.(*ast.StructType)
-		if !ok {
-			return true
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
 		}
-		for _, fld := range st.Fields.List {
-			if fld.Tag == nil {
-				continue
-			}
-			tag, err := strconv.Unquote(fld.Tag.Value)
-			if err != nil {
-				t.Fatalf("%s: tag %s: %v", configGo, fld.Tag.Value, err)
-			}
-			if v, ok := reflect.StructTag(tag).Lookup("env"); ok {
-				if name, _, _ := strings.Cut(v, ","); name != "" {
-					names[name] = true
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ValueSpec:
+				for _, v := range n.Values {
+					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						if s, err := strconv.Unquote(lit.Value); err == nil && nameOnly.MatchString(s) {
+							names[s] = true
+						}
+					}
+				}
+			case *ast.StructType:
+				for _, fld := range n.Fields.List {
+					if fld.Tag == nil {
+						continue
+					}
+					tag, err := strconv.Unquote(fld.Tag.Value)
+					if err != nil {
+						t.Fatalf("%s: tag %s: %v", file, fld.Tag.Value, err)
+					}
+					if v, ok := reflect.StructTag(tag).Lookup("env"); ok {
+						if name, _, _ := strings.Cut(v, ","); name != "" {
+							names[name] = true
+						}
+					}
 				}
 			}
-		}
-		return true
-	})
+			return true
+		})
+	}
 	if len(names) == 0 {
-		t.Fatalf("%s: found no env:\"...\" struct tags", configGo)
+		t.Fatalf("%s: found no env:\"...\" struct tags", configDir)
 	}
 	return names
 }
@@ -989,7 +1081,7 @@ func (n envNames) check(envm map[string]string) []string {
 		switch {
 		case strings.HasPrefix(name, "FANOUT_"):
 			if !n.fanout[name] {
-				problems = append(problems, fmt.Sprintf("%s is not read by fanout: no `env:%q` tag in %s", name, name, configGo))
+				problems = append(problems, fmt.Sprintf("%s is not read by fanout: no `env:%q` tag in %s", name, name, configDir))
 			}
 		case strings.HasPrefix(name, "TEMPORAL_"):
 			if !n.temporal[name] && !slices.ContainsFunc(n.temporalPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
@@ -1100,12 +1192,8 @@ func TestManifestEnv(t *testing.T) {
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(m.secrets)) {
-		vals, err := secretValues(m.secrets[n])
-		if err != nil {
+		if _, err := secretValues(m.secrets[n]); err != nil {
 			t.Errorf("%s: %v", m.where["Secret/"+n], err)
-		}
-		for _, p := range names.check(vals) {
-			t.Errorf("%s: %s", m.where["Secret/"+n], p)
 		}
 	}
 	wnames, all := m.workloads()
@@ -1140,6 +1228,10 @@ func TestManifestCommands(t *testing.T) {
 			}
 			roles[role]++
 			envm, _ := m.containerEnv(c)
+			envm, err := m.mountSecrets(t, all[name].Spec.Template.Spec, c, envm)
+			if err != nil {
+				t.Errorf("%s container %s: %v", m.where[name], c.Name, err)
+			}
 			if err := validateConfig(role, envm); err != nil {
 				t.Errorf("%s container %s (%s): the process would exit at start-up: %v", m.where[name], c.Name, role, err)
 			}
