@@ -467,6 +467,9 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, with ...func(*client
 		return nil, fmt.Errorf("temporal config (TEMPORAL_*): %w", err)
 	}
 	opts.Logger = tlog.NewStructuredLogger(logger)
+	if err := applyAPIKeyFile(&opts); err != nil {
+		return nil, err
+	}
 	for _, f := range with {
 		f(&opts)
 	}
