@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -146,6 +147,12 @@ func StartRedisSentinel(ctx context.Context, dir, masterName string) (sentinelAd
 // answers PING; a port taken meanwhile is retried on another. conf, when
 // given, is the configuration file, which must come first.
 func startRedisNode(ctx context.Context, dir, name string, extra func(port int) ([]string, error), conf ...string) (*Proc, string, error) {
+	return startRedisNodeTLS(ctx, dir, name, extra, nil, conf...)
+}
+
+// startRedisNodeTLS is startRedisNode, checking readiness over TLS with
+// tlsConfig when set.
+func startRedisNodeTLS(ctx context.Context, dir, name string, extra func(port int) ([]string, error), tlsConfig *tls.Config, conf ...string) (*Proc, string, error) {
 	bin, err := ensureRedisServer(io.Discard)
 	if err != nil {
 		return nil, "", err
@@ -170,7 +177,7 @@ func startRedisNode(ctx context.Context, dir, name string, extra func(port int) 
 			return nil, "", err
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: tlsConfig})
 		for i := 0; ; i++ {
 			if p.Exited() {
 				lastErr = fmt.Errorf("redis-server %s exited at start (port %d taken?); see %s", name, port, filepath.Join(dir, "redis-"+name+".log"))
@@ -190,6 +197,22 @@ func startRedisNode(ctx context.Context, dir, name string, extra func(port int) 
 		c.Close()
 	}
 	return nil, "", lastErr
+}
+
+// StartRedisTLS starts a redis-server that speaks only TLS, with the
+// server certificate and key in certFile and keyFile and its CA in caFile
+// (which redis-server requires; clients are not asked for certificates), on a free 127.0.0.1 port, without persistence; args
+// are more redis-server arguments (e.g. "--user", "app", "on", ">pw",
+// "~*", "+@all"). stop kills it.
+func StartRedisTLS(ctx context.Context, dir, certFile, keyFile, caFile string, args ...string) (addr string, stop func(), err error) {
+	p, addr, err := startRedisNodeTLS(ctx, dir, "tls", func(port int) ([]string, error) {
+		return append([]string{"--port", "0", "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile,
+			"--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", "no"}, args...), nil
+	}, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		return "", nil, err
+	}
+	return addr, p.Kill, nil
 }
 
 // freeBusPort is a free port for a cluster node's bus, other than port.
