@@ -6,6 +6,7 @@
 //	starter redrive-events   re-publish records of the events DLQ after a fix
 //	starter replay    replay workflow histories (files or a live query) against this code
 //	starter setup     register fanout's search attributes on a namespace (idempotent)
+//	starter codec-server   serve the payload codec to the Temporal UI and CLI (token, CORS)
 //
 // Configuration comes from FANOUT_* and TEMPORAL_* environment variables
 // (see the README); publish also takes flags.
@@ -53,6 +54,8 @@ func main() {
 		err = runReplay(ctx, os.Args[2:])
 	case "setup":
 		err = runSetup(ctx, os.Args[2:])
+	case "codec-server":
+		err = runCodecServer(ctx, os.Args[2:])
 	default:
 		usage()
 		os.Exit(2)
@@ -64,7 +67,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: starter bridge | publish [flags] | redrive [flags] | redrive-events [flags] | replay [flags] | setup [flags]")
+	fmt.Fprintln(os.Stderr, "usage: starter bridge | publish [flags] | redrive [flags] | redrive-events [flags] | replay [flags] | setup [flags] | codec-server [flags]")
 }
 
 func runBridge(ctx context.Context) error {
