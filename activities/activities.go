@@ -201,7 +201,8 @@ func pageBytes(p fanout.Page) int {
 }
 
 // loadBatch returns the recipients of the batch: Recipients, or the staged
-// batch Ref, fetching its page again if the staged copy is gone.
+// batch Ref, fetching its page again if the staged copy is gone or
+// unreadable.
 func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in DeliverBatchInput) ([]fanout.Recipient, error) {
 	ref := in.Ref
 	if ref == nil {
@@ -209,7 +210,13 @@ func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in Deliver
 	}
 	if a.Staging != nil {
 		rs, ok, err := a.Staging.Load(ctx, ref.Key)
-		if err != nil {
+		if errors.Is(err, staging.ErrUnreadable) {
+			// Staged before encryption was turned on or off, or sealed
+			// with a key this worker lacks, or changed: fetched again.
+			if a.Logger != nil {
+				a.Logger.Warn("staged batch unreadable; fetching it again from get_recipients", "event", in.Event.ID, "batch", ref.N, "err", err)
+			}
+		} else if err != nil {
 			return nil, err
 		}
 		if ok {

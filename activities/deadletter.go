@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities/staging"
 	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/workflows/vocab"
 )
@@ -41,6 +42,82 @@ type DeadLetter struct {
 	// (its max.message.bytes is below fanout.MaxMessageBytes). A redrive
 	// takes the message from another dead letter of the same batch.
 	MessageOmitted int `json:"message_omitted,omitempty"`
+	// Sealed, in a letter written with keys (DeadLetterWriter.WithSealer),
+	// holds the recipient's address, the message, the event's headers and
+	// the whole last error, encrypted (base64 in the JSON); those fields
+	// are then empty in clear, but for last_error, which keeps the reason
+	// with the address cut out. DecodeDeadLetter opens it; a decoded letter
+	// has it nil and the fields filled.
+	Sealed []byte `json:"sealed,omitempty"`
+}
+
+// Sealer encrypts and decrypts values (internal/codec's Keyring is one):
+// staged batches in Redis and the sealed part of dead letters.
+type Sealer = staging.Sealer
+
+// Opener decrypts what a Sealer sealed.
+type Opener interface {
+	Open(sealed []byte) ([]byte, error)
+}
+
+// sealedPart is what a sealed dead letter keeps out of clear, with the
+// routing fields it belongs to, so it cannot be moved into another letter.
+type sealedPart struct {
+	EventType   string            `json:"event_type"`
+	EventID     string            `json:"event_id"`
+	AttemptID   string            `json:"attempt_id"`
+	RecipientID string            `json:"recipient_id"`
+	Address     string            `json:"address,omitempty"`
+	Message     fanout.Message    `json:"message"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	LastError   string            `json:"last_error,omitempty"`
+}
+
+// addressRedacted replaces the recipient's address in a sealed letter's
+// clear last_error.
+const addressRedacted = "<address>"
+
+// SealWith is d as DeadLetterWriter writes it with keys: address, message,
+// headers and the whole last error in Sealed, the rest in clear (the
+// address cut out of last_error).
+func (d DeadLetter) SealWith(s Sealer) (DeadLetter, error) {
+	b, err := json.Marshal(sealedPart{
+		EventType: d.EventType, EventID: d.EventID, AttemptID: d.AttemptID, RecipientID: d.Recipient.ID,
+		Address: d.Recipient.Address, Message: d.Message, Headers: d.Event.Headers, LastError: d.LastError,
+	})
+	if err != nil {
+		return d, err
+	}
+	if d.Recipient.Address != "" {
+		d.LastError = strings.ReplaceAll(d.LastError, d.Recipient.Address, addressRedacted)
+	}
+	d.Recipient.Address, d.Message, d.Event.Headers = "", fanout.Message{}, nil
+	d.Sealed = s.Seal(b)
+	return d, nil
+}
+
+// open fills d's sealed fields from Sealed.
+func (d DeadLetter) open(keys Opener) (DeadLetter, error) {
+	if keys == nil {
+		return d, errors.New("sealed, and no keys to open it (FANOUT_CODEC_KEYS)")
+	}
+	if d.Recipient.Address != "" || len(d.Message.Body) > 0 || d.Message.ContentType != "" || len(d.Event.Headers) > 0 {
+		return d, errors.New("sealed, with an address, a message or headers in clear too")
+	}
+	b, err := keys.Open(d.Sealed)
+	if err != nil {
+		return d, fmt.Errorf("sealed: %w", err)
+	}
+	var p sealedPart
+	if err := json.Unmarshal(b, &p); err != nil {
+		return d, fmt.Errorf("sealed: %w", err)
+	}
+	if p.EventType != d.EventType || p.EventID != d.EventID || p.AttemptID != d.AttemptID || p.RecipientID != d.Recipient.ID {
+		return d, errors.New("sealed part of another event, attempt or recipient")
+	}
+	d.Recipient.Address, d.Message, d.Event.Headers, d.LastError = p.Address, p.Message, p.Headers, p.LastError
+	d.Sealed = nil
+	return d, nil
 }
 
 // withoutMessage is d as written when the DLQ topic refused it whole: no
@@ -68,14 +145,22 @@ const maxDeadLetterAttempts = 1000
 // grammar and match its event, whose attempt id is one of that event's
 // (vocab.AttemptID), whose priority is known or empty, whose recipient id
 // follows the grammar, and whose address and message are within fanout's
-// bounds.
-func DecodeDeadLetter(b []byte) (DeadLetter, error) {
+// bounds. A sealed letter is opened with keys (nil: it is refused) and its
+// sealed part must name the same event, attempt and recipient; a letter in
+// clear (written without keys) is read as it is.
+func DecodeDeadLetter(b []byte, keys Opener) (DeadLetter, error) {
 	var d DeadLetter
 	if len(b) > MaxDeadLetterBytes {
 		return d, fmt.Errorf("dead letter of %d bytes, over %d", len(b), MaxDeadLetterBytes)
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letter: %w", err)
+	}
+	if d.Sealed != nil {
+		var err error
+		if d, err = d.open(keys); err != nil {
+			return DeadLetter{}, fmt.Errorf("dead letter of event %.64q: %w", d.EventID, err)
+		}
 	}
 	if err := d.check(); err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letter: %w", err)
@@ -124,6 +209,14 @@ type DeadLetterPublisher interface {
 // deliveries DLQ topic, keyed by event id.
 type DeadLetterWriter struct {
 	w, single *kafka.Writer
+	sealer    Sealer
+}
+
+// WithSealer has w seal each letter's address, message, headers and whole
+// last error (DeadLetter.Sealed) with s, nil: all in clear; it returns w.
+func (w *DeadLetterWriter) WithSealer(s Sealer) *DeadLetterWriter {
+	w.sealer = s
+	return w
 }
 
 // KafkaConn is how fanout connects to Kafka: the brokers, and TLS and SASL
@@ -144,7 +237,7 @@ func (w *DeadLetterWriter) Publish(ctx context.Context, dls []DeadLetter) error 
 	}
 	msgs := make([]kafka.Message, len(dls))
 	for i, d := range dls {
-		m, err := deadLetterRecord(d)
+		m, err := w.record(d)
 		if err != nil {
 			return err
 		}
@@ -166,7 +259,7 @@ func (w *DeadLetterWriter) Publish(ctx context.Context, dls []DeadLetter) error 
 	for _, i := range failed {
 		m := msgs[i]
 		if slices.Contains(refused, i) {
-			if m, err = deadLetterRecord(dls[i].withoutMessage()); err != nil {
+			if m, err = w.record(dls[i].withoutMessage()); err != nil {
 				return err
 			}
 		}
@@ -178,8 +271,14 @@ func (w *DeadLetterWriter) Publish(ctx context.Context, dls []DeadLetter) error 
 	return nil
 }
 
-// deadLetterRecord is d's record: JSON, keyed by event id.
-func deadLetterRecord(d DeadLetter) (kafka.Message, error) {
+// record is d's record: JSON, keyed by event id, sealed with w's sealer.
+func (w *DeadLetterWriter) record(d DeadLetter) (kafka.Message, error) {
+	if w.sealer != nil {
+		var err error
+		if d, err = d.SealWith(w.sealer); err != nil {
+			return kafka.Message{}, err
+		}
+	}
 	v, err := json.Marshal(d)
 	if err != nil {
 		return kafka.Message{}, err

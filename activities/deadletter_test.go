@@ -1,6 +1,7 @@
 package activities_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/internal/codec"
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
@@ -32,7 +34,7 @@ func marshal(t testing.TB, d activities.DeadLetter) []byte {
 // TestDecodeDeadLetter: a redrive acts only on dead letters fanout could
 // have written; each way a hostile record differs is refused.
 func TestDecodeDeadLetter(t *testing.T) {
-	if d, err := activities.DecodeDeadLetter(marshal(t, validDeadLetter())); err != nil || !reflect.DeepEqual(d, validDeadLetter()) {
+	if d, err := activities.DecodeDeadLetter(marshal(t, validDeadLetter()), nil); err != nil || !reflect.DeepEqual(d, validDeadLetter()) {
 		t.Fatalf("a valid dead letter: %+v %v", d, err)
 	}
 	for name, change := range map[string]func(*activities.DeadLetter){
@@ -56,7 +58,7 @@ func TestDecodeDeadLetter(t *testing.T) {
 	} {
 		d := validDeadLetter()
 		change(&d)
-		if _, err := activities.DecodeDeadLetter(marshal(t, d)); err == nil {
+		if _, err := activities.DecodeDeadLetter(marshal(t, d), nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -65,7 +67,7 @@ func TestDecodeDeadLetter(t *testing.T) {
 		"an array":   "[]",
 		"over 1 MiB": `{"event_id":"` + strings.Repeat("a", activities.MaxDeadLetterBytes) + `"}`,
 	} {
-		if _, err := activities.DecodeDeadLetter([]byte(b)); err == nil {
+		if _, err := activities.DecodeDeadLetter([]byte(b), nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -76,7 +78,12 @@ func TestDecodeDeadLetter(t *testing.T) {
 // whose redrive workflow ids stay under that event's workflow id, and which
 // reads back the same after writing.
 func FuzzDecodeDeadLetter(f *testing.F) {
+	keys := testKeys(f)
 	f.Add(marshal(f, validDeadLetter()))
+	f.Add(marshal(f, sealed(f, validDeadLetter(), keys)))
+	moved := sealed(f, validDeadLetter(), keys)
+	moved.EventID, moved.Event.ID, moved.AttemptID = "other", "other", vocab.AttemptID("webhook", "other", 3)
+	f.Add(marshal(f, moved))
 	omitted := validDeadLetter()
 	omitted.Message, omitted.MessageOmitted = fanout.Message{}, 524288
 	f.Add(marshal(f, omitted))
@@ -93,17 +100,119 @@ func FuzzDecodeDeadLetter(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := activities.DecodeDeadLetter(b)
+		d, err := activities.DecodeDeadLetter(b, keys)
 		if err != nil {
 			return
+		}
+		if d.Sealed != nil {
+			t.Fatal("a decoded letter still has its sealed part")
+		}
+		// Sealed and read back, it is the same letter.
+		s, err := d.SealWith(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := activities.DecodeDeadLetter(marshal(t, s), keys); err != nil || !reflect.DeepEqual(again, d) {
+			t.Fatalf("sealed and read back: %+v %v, want %+v", again, err, d)
 		}
 		wid := vocab.WorkflowID(d.EventType, d.EventID)
 		if rw := vocab.RedriveWorkflowID(wid, d.AttemptID, "round", 0); !strings.HasPrefix(rw, wid+"/redrive/round/"+vocab.EventKey(d.EventType, d.EventID)+"#") {
 			t.Fatalf("redrive workflow id %q of %q", rw, wid)
 		}
-		again, err := activities.DecodeDeadLetter(marshal(t, d))
+		again, err := activities.DecodeDeadLetter(marshal(t, d), nil)
 		if err != nil || !reflect.DeepEqual(again, d) {
 			t.Fatalf("written and read back: %+v %v, want %+v", again, err, d)
 		}
 	})
+}
+
+// testKeys is a keyring of a fixed key (the same in every fuzz worker).
+func testKeys(t testing.TB) *codec.Keyring {
+	k, err := codec.New(codec.Key{ID: "k1", Secret: bytes.Repeat([]byte{7}, codec.KeySize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func sealed(t testing.TB, d activities.DeadLetter, keys activities.Sealer) activities.DeadLetter {
+	s, err := d.SealWith(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSealedDeadLetter: a letter written with keys keeps its routing and
+// diagnostic fields in clear (an operator reading the DLQ sees what failed
+// and why) but not the address, the message or the headers, nor the
+// address inside last_error; DecodeDeadLetter with the keys reads back the
+// letter as it was, without them refuses it, and refuses a sealed part
+// moved into a letter of another event, attempt or recipient, or beside an
+// address or message in clear. A letter in clear still reads with keys.
+func TestSealedDeadLetter(t *testing.T) {
+	keys := testKeys(t)
+	d := validDeadLetter()
+	d.Recipient.Address = "https://hooks.secret.example/t0ken"
+	d.LastError = `Post "https://hooks.secret.example/t0ken": connection refused`
+	d.Event.Headers = map[string]string{"baggage": "user=alice"}
+	d.Message.Body = []byte(`{"text":"the secret message"}`)
+	b := marshal(t, sealed(t, d, keys))
+	for _, clear := range []string{"hooks.secret.example", "t0ken", "secret message", "alice", "baggage"} {
+		if bytes.Contains(b, []byte(clear)) {
+			t.Errorf("%q in clear in the sealed letter: %s", clear, b)
+		}
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]any{
+		"event_id": "order-42", "event_type": "webhook", "attempt_id": d.AttemptID, "priority": "high",
+		"attempts": 5.0, "last_error": `Post "<address>": connection refused`,
+	} {
+		if raw[k] != want {
+			t.Errorf("clear %s = %v, want %v", k, raw[k], want)
+		}
+	}
+	if rid := raw["recipient"].(map[string]any)["id"]; rid != "r7" {
+		t.Errorf("clear recipient id %v", rid)
+	}
+	got, err := activities.DecodeDeadLetter(b, keys)
+	if err != nil || !reflect.DeepEqual(got, d) {
+		t.Fatalf("read back: %+v %v, want %+v", got, err, d)
+	}
+	if _, err := activities.DecodeDeadLetter(b, nil); err == nil || !strings.Contains(err.Error(), "no keys") {
+		t.Errorf("without keys: %v", err)
+	}
+	other, _ := codec.New(codec.NewKey("k2"))
+	if _, err := activities.DecodeDeadLetter(b, other); err == nil || !strings.Contains(err.Error(), "unknown key id") {
+		t.Errorf("with other keys: %v", err)
+	}
+	for name, change := range map[string]func(*activities.DeadLetter){
+		"another event": func(x *activities.DeadLetter) {
+			x.EventID, x.Event.ID, x.AttemptID = "e2", "e2", vocab.AttemptID("webhook", "e2", 3)
+		},
+		"another attempt":   func(x *activities.DeadLetter) { x.AttemptID = vocab.AttemptID("webhook", "order-42", 4) },
+		"another recipient": func(x *activities.DeadLetter) { x.Recipient.ID = "r8" },
+		"address in clear":  func(x *activities.DeadLetter) { x.Recipient.Address = "https://evil.example/" },
+		"message in clear":  func(x *activities.DeadLetter) { x.Message.Body = []byte("x") },
+		"tampered":          func(x *activities.DeadLetter) { x.Sealed[len(x.Sealed)-1] ^= 1 },
+	} {
+		x := sealed(t, d, keys)
+		change(&x)
+		if _, err := activities.DecodeDeadLetter(marshal(t, x), keys); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if got, err := activities.DecodeDeadLetter(marshal(t, d), keys); err != nil || !reflect.DeepEqual(got, d) {
+		t.Errorf("a letter in clear with keys: %v", err)
+	}
+	// The largest message still fits a sealed letter.
+	big := validDeadLetter()
+	big.Message.Body = bytes.Repeat([]byte{0xff}, fanout.MaxMessageBytes-len(big.Message.ContentType))
+	bb := marshal(t, sealed(t, big, keys))
+	if _, err := activities.DecodeDeadLetter(bb, keys); err != nil {
+		t.Errorf("a sealed letter of the largest message (%d bytes): %v", len(bb), err)
+	}
 }

@@ -59,6 +59,10 @@ type RedriveOptions struct {
 	Round string
 	// Wait for the redrive batches to finish and sum their results.
 	Wait bool
+	// Keys open sealed dead letters (internal/codec's Keyring, from
+	// FANOUT_CODEC_KEYS); without them sealed letters count as Invalid and
+	// stay in the DLQ.
+	Keys activities.Opener
 }
 
 // RedriveResult of a redrive.
@@ -102,7 +106,7 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 	seen := map[string]bool{}
 	var res RedriveResult
 	err := kafkatopic.ReadAll(ctx, o.Kafka, o.Topic, func(m kafka.Message) error {
-		d, err := activities.DecodeDeadLetter(m.Value)
+		d, err := activities.DecodeDeadLetter(m.Value, o.Keys)
 		if err != nil {
 			// Not one fanout wrote: leave it, and say so.
 			res.Invalid++

@@ -36,6 +36,10 @@ type Options struct {
 	// duplicates are then not suppressed).
 	DisableDedup bool
 	GateTTL      time.Duration
+	// Sealer, when set, encrypts big events' batches staged in Redis
+	// (internal/codec's Keyring, from FANOUT_CODEC_KEYS); give the
+	// DeadLetters writer the same (DeadLetterWriter.WithSealer).
+	Sealer activities.Sealer
 	// DeadLetters receives recipients given up after MaxAttempts (the
 	// deliveries DLQ topic); nil only reports them in batch results.
 	DeadLetters activities.DeadLetterPublisher
@@ -81,7 +85,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff, DeliverConcurrency: o.DeliverConcurrency}
 	if o.Redis != nil {
-		acts.Staging = staging.New(o.Redis, o.GateTTL)
+		acts.Staging = staging.New(o.Redis, o.GateTTL).WithSealer(o.Sealer)
 		if !o.DisableDedup {
 			acts.Gate = gate.New(o.Redis, o.GateTTL)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/codec"
 )
 
 // DefaultTTL is how long a staged batch lives when nobody drops it: it must
@@ -26,7 +27,30 @@ const DefaultTTL = 7 * 24 * time.Hour
 type Store struct {
 	rdb redis.UniversalClient
 	ttl time.Duration
+	// sealer, when set, encrypts each batch before SET and decrypts it
+	// after GET (WithSealer).
+	sealer Sealer
 }
+
+// Sealer encrypts and decrypts values (internal/codec's Keyring is one).
+type Sealer interface {
+	Seal(plaintext []byte) []byte
+	Open(sealed []byte) ([]byte, error)
+}
+
+// WithSealer has s store every batch sealed by sl (nil: in clear, as
+// before) and returns s.
+func (s *Store) WithSealer(sl Sealer) *Store {
+	s.sealer = sl
+	return s
+}
+
+// ErrUnreadable: a staged batch is there but cannot be read as this store
+// writes them: in clear while the store seals (staged before encryption was
+// turned on), sealed while it does not, or sealed with a key it lacks or
+// changed since. The caller fetches the batch again from get_recipients,
+// as for a batch that is gone.
+var ErrUnreadable = errors.New("staged batch unreadable")
 
 // New returns a store whose batches live ttl (DefaultTTL when zero).
 func New(rdb redis.UniversalClient, ttl time.Duration) *Store {
@@ -50,6 +74,9 @@ func (s *Store) Stage(ctx context.Context, eventKey string, first int, batches [
 		if err != nil {
 			return err
 		}
+		if s.sealer != nil {
+			v = s.sealer.Seal(v)
+		}
 		pipe.Set(ctx, s.Key(eventKey, first+i), v, s.ttl)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -58,7 +85,8 @@ func (s *Store) Stage(ctx context.Context, eventKey string, first int, batches [
 	return nil
 }
 
-// Load reads a staged batch; ok is false when it is gone.
+// Load reads a staged batch; ok is false when it is gone. An error
+// wrapping ErrUnreadable means it is there but cannot be read (see there).
 func (s *Store) Load(ctx context.Context, key string) (rs []fanout.Recipient, ok bool, err error) {
 	v, err := s.rdb.Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {
@@ -66,6 +94,13 @@ func (s *Store) Load(ctx context.Context, key string) (rs []fanout.Recipient, ok
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("load batch: %w", err)
+	}
+	if s.sealer != nil {
+		if v, err = s.sealer.Open(v); err != nil {
+			return nil, false, fmt.Errorf("load batch %s: %w: %w", key, ErrUnreadable, err)
+		}
+	} else if codec.IsSealed(v) {
+		return nil, false, fmt.Errorf("load batch %s: %w: sealed, and this worker has no keys (FANOUT_CODEC_KEYS)", key, ErrUnreadable)
 	}
 	if err := json.Unmarshal(v, &rs); err != nil {
 		return nil, false, fmt.Errorf("load batch %s: %w", key, err)

@@ -190,6 +190,9 @@ func parse(b []byte) (id string, hdrLen int, err error) {
 
 // Open decrypts a value Seal returned, with the key its header names.
 func (k *Keyring) Open(sealed []byte) ([]byte, error) {
+	if k == nil {
+		return nil, errors.New("codec: no keys (FANOUT_CODEC_KEYS) to open a sealed value")
+	}
 	id, hdrLen, err := parse(sealed)
 	if err != nil {
 		return nil, err

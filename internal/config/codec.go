@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/codec"
 )
 
@@ -126,4 +127,13 @@ func WithKeyring(k *codec.Keyring) func(*client.Options) {
 			DataConverter: o.DataConverter, EncodeCommonAttributes: true,
 		})
 	}
+}
+
+// Sealer is k as the activities' and dead letters' Sealer: nil (all in
+// clear) when k is nil, never a typed nil.
+func Sealer(k *codec.Keyring) activities.Sealer {
+	if k == nil {
+		return nil
+	}
+	return k
 }

@@ -69,7 +69,7 @@ func TestLoadKeyringErrors(t *testing.T) {
 	cases := []struct {
 		keys, file, id, want string
 	}{
-		{keys: secret, want: "FANOUT_CODEC_KEYS: entry 1"},                         // the id forgotten
+		{keys: secret, want: "FANOUT_CODEC_KEYS: entry 1"},                             // the id forgotten
 		{keys: "k1:" + secret[:30], want: "FANOUT_CODEC_KEYS: entry 1: key id \"k1\""}, // short key
 		{keys: codec.FormatKey(k) + ",k1:" + secret, want: "given twice"},
 		{keys: "bad id!:" + secret, want: "FANOUT_CODEC_KEYS: entry 1"},

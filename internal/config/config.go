@@ -458,15 +458,21 @@ func Logger(level string) *slog.Logger {
 }
 
 // DialTemporal connects to Temporal with the TEMPORAL_* environment (address,
-// namespace, TLS, API key), logging through logger. Each of with adjusts the
-// options before dialing (telemetry.Telemetry.ClientOptions adds tracing and
-// metrics).
+// namespace, TLS, API key), logging through logger, and encrypts payloads
+// with the keys of FANOUT_CODEC_* when set (WithKeyring). Each of with
+// adjusts the options before dialing (telemetry.Telemetry.ClientOptions adds
+// tracing and metrics).
 func DialTemporal(ctx context.Context, logger *slog.Logger, with ...func(*client.Options)) (client.Client, error) {
 	opts, err := envconfig.LoadDefaultClientOptions()
 	if err != nil {
 		return nil, fmt.Errorf("temporal config (TEMPORAL_*): %w", err)
 	}
 	opts.Logger = tlog.NewStructuredLogger(logger)
+	keys, err := LoadKeyring()
+	if err != nil {
+		return nil, err
+	}
+	WithKeyring(keys)(&opts)
 	if err := applyAPIKeyFile(&opts); err != nil {
 		return nil, err
 	}

@@ -207,6 +207,12 @@ func runRedrive(ctx context.Context, args []string) error {
 		return err
 	}
 	log := config.Logger(cfg.LogLevel)
+	// The keys open sealed dead letters (and DialTemporal encrypts the
+	// redrive batches' input with them).
+	keys, err := config.LoadKeyring()
+	if err != nil {
+		return err
+	}
 	tc, err := config.DialTemporal(ctx, log)
 	if err != nil {
 		return err
@@ -214,6 +220,7 @@ func runRedrive(ctx context.Context, args []string) error {
 	defer tc.Close()
 	res, err := starter.RedriveDeliveries(ctx, tc, starter.RedriveOptions{
 		Kafka: kc, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
+		Keys: config.Sealer(keys),
 	})
 	fmt.Printf("redrive: matched %d dead letters in %d batches; delivered %d, already delivered %d, failed again %d\n",
 		res.Matched, res.Batches, res.Delivered, res.Skipped, res.Failed)

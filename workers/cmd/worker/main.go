@@ -72,6 +72,12 @@ func run() error {
 		defer cancel()
 		_ = tel.Shutdown(sctx)
 	}()
+	// FANOUT_CODEC_KEYS: DialTemporal encrypts payloads with them; staged
+	// batches and dead letters are sealed with the same keys.
+	keys, err := config.LoadKeyring()
+	if err != nil {
+		return err
+	}
 	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
 	if err != nil {
 		return err
@@ -84,7 +90,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	dlw := activities.NewDeadLetterWriter(kc, cfg.DeliveriesDLQ)
+	dlw := activities.NewDeadLetterWriter(kc, cfg.DeliveriesDLQ).WithSealer(config.Sealer(keys))
 	defer dlw.Close()
 
 	rdb, err := config.RedisClient(cfg.RedisConn)
@@ -115,6 +121,7 @@ func run() error {
 			BatchSlots:       cfg.BatchSlots,
 			LowPrioritySlots: cfg.LowPrioritySlots,
 			DeadLetters:      dlw,
+			Sealer:           config.Sealer(keys),
 			// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
 			DeliverConcurrency: cfg.DeliverConcurrency,
 			Backoff:            activities.Backoff{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
