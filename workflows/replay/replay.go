@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -64,10 +65,43 @@ type Result struct {
 	Err error
 }
 
+// Option adjusts loading and replaying.
+type Option func(*options)
+
+type options struct {
+	dc converter.DataConverter
+}
+
+// WithDataConverter reads payloads with dc: the data converter the workers
+// run with, e.g. internal/codec's Keyring.DataConverter() for histories
+// whose payloads are encrypted (with the default converter their inputs do
+// not decode and their replay fails). Give it to NewReplayer and to the
+// Load functions (which read a start's input for its workflow id).
+func WithDataConverter(dc converter.DataConverter) Option {
+	return func(o *options) { o.dc = dc }
+}
+
+func collect(opts []Option) options {
+	o := options{dc: converter.GetDefaultDataConverter()}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
 // NewReplayer returns a replayer with fanout's workflows registered under
 // the names the workers use.
-func NewReplayer() worker.WorkflowReplayer {
-	r := worker.NewWorkflowReplayer()
+func NewReplayer(opts ...Option) worker.WorkflowReplayer {
+	o := collect(opts)
+	r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+		DataConverter: o.dc,
+		// Failures' messages are in their encoded attributes when the
+		// workers encrypt them (config.WithKeyring).
+		FailureConverter: temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{DataConverter: o.dc}),
+	})
+	if err != nil {
+		panic(err) // only for options set here
+	}
 	r.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
 	r.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: vocab.DeliveryBatchWorkflow})
 	return r
@@ -116,7 +150,7 @@ func ReplayWith(ctx context.Context, r worker.WorkflowReplayer, logger log.Logge
 // when given, its entry in the index.json beside it, or what the history
 // itself tells (the prefix of its children's ids, the id the bridge derives
 // from the event in its input, and the run id it was started with).
-func LoadFile(path, workflowID, runID string) (History, error) {
+func LoadFile(path, workflowID, runID string, opts ...Option) (History, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return History{}, err
@@ -142,7 +176,7 @@ func LoadFile(path, workflowID, runID string) (History, error) {
 			return History{}, err
 		}
 	}
-	fillFromHistory(&h)
+	fillFromHistory(&h, collect(opts).dc)
 	return h, nil
 }
 
@@ -160,7 +194,7 @@ func ReadIndex(dir string) ([]IndexEntry, error) {
 }
 
 // LoadDir loads every history file (*.json but index.json) in dir.
-func LoadDir(dir string) ([]History, error) {
+func LoadDir(dir string, opts ...Option) ([]History, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		return nil, err
@@ -171,7 +205,7 @@ func LoadDir(dir string) ([]History, error) {
 		if filepath.Base(p) == IndexFile {
 			continue
 		}
-		h, err := LoadFile(p, "", "")
+		h, err := LoadFile(p, "", "", opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +219,7 @@ func LoadDir(dir string) ([]History, error) {
 
 // LoadExecution fetches the history of one execution (runID "" = the
 // latest run) from the cluster.
-func LoadExecution(ctx context.Context, tc client.Client, workflowID, runID string) (History, error) {
+func LoadExecution(ctx context.Context, tc client.Client, workflowID, runID string, opts ...Option) (History, error) {
 	iter := tc.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	hist := &historypb.History{}
 	for iter.HasNext() {
@@ -196,7 +230,7 @@ func LoadExecution(ctx context.Context, tc client.Client, workflowID, runID stri
 		hist.Events = append(hist.Events, e)
 	}
 	h := History{Name: workflowID + "/" + runID, WorkflowID: workflowID, RunID: runID, History: hist}
-	fillFromHistory(&h)
+	fillFromHistory(&h, collect(opts).dc)
 	if runID == "" {
 		h.Name = workflowID + "/" + h.RunID
 	}
@@ -206,7 +240,7 @@ func LoadExecution(ctx context.Context, tc client.Client, workflowID, runID stri
 // LoadQuery fetches the histories of the executions a visibility query
 // matches (e.g. "WorkflowType='Fanout' AND ExecutionStatus='Completed'"),
 // at most limit of them (0: no limit).
-func LoadQuery(ctx context.Context, tc client.Client, query string, limit int) ([]History, error) {
+func LoadQuery(ctx context.Context, tc client.Client, query string, limit int, opts ...Option) ([]History, error) {
 	var out []History
 	var token []byte
 	for {
@@ -218,7 +252,7 @@ func LoadQuery(ctx context.Context, tc client.Client, query string, limit int) (
 			if limit > 0 && len(out) >= limit {
 				return out, nil
 			}
-			h, err := LoadExecution(ctx, tc, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
+			h, err := LoadExecution(ctx, tc, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), opts...)
 			if err != nil {
 				return out, err
 			}
@@ -233,7 +267,7 @@ func LoadQuery(ctx context.Context, tc client.Client, query string, limit int) (
 
 // fillFromHistory completes the type, workflow id and run id from the
 // history where they are missing.
-func fillFromHistory(h *History) {
+func fillFromHistory(h *History, dc converter.DataConverter) {
 	if len(h.History.GetEvents()) == 0 {
 		return
 	}
@@ -247,7 +281,7 @@ func fillFromHistory(h *History) {
 		h.WorkflowID = idFromChildren(h.History)
 	}
 	if h.WorkflowID == "" {
-		h.WorkflowID = idFromInput(h.WorkflowType, start)
+		h.WorkflowID = idFromInput(h.WorkflowType, start, dc)
 	}
 }
 
@@ -266,12 +300,11 @@ func idFromChildren(hist *historypb.History) string {
 
 // idFromInput is the id the bridge gives the workflow of the event in its
 // input.
-func idFromInput(workflowType string, start *historypb.WorkflowExecutionStartedEventAttributes) string {
+func idFromInput(workflowType string, start *historypb.WorkflowExecutionStartedEventAttributes, dc converter.DataConverter) string {
 	ps := start.GetInput().GetPayloads()
 	if len(ps) == 0 {
 		return ""
 	}
-	dc := converter.GetDefaultDataConverter()
 	switch workflowType {
 	case vocab.FanoutWorkflow:
 		var in workflows.FanoutInput

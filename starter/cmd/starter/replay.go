@@ -65,16 +65,26 @@ func runReplay(ctx context.Context, args []string) error {
 		return errors.New("replay: -run-id needs -workflow-id")
 	}
 
+	// Histories of workers that encrypt (FANOUT_CODEC_KEYS) replay with
+	// the same keys; histories in clear replay either way.
+	keys, err := config.LoadKeyring()
+	if err != nil {
+		return err
+	}
+	var opts []replay.Option
+	if keys != nil {
+		opts = append(opts, replay.WithDataConverter(keys.DataConverter()))
+	}
 	var hs []replay.History
 	for _, p := range paths {
-		h, err := replay.LoadFile(p, *wfID, *runID)
+		h, err := replay.LoadFile(p, *wfID, *runID, opts...)
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
 		hs = append(hs, h)
 	}
 	for _, d := range dirs {
-		dh, err := replay.LoadDir(d)
+		dh, err := replay.LoadDir(d, opts...)
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
@@ -87,7 +97,7 @@ func runReplay(ctx context.Context, args []string) error {
 		}
 		defer tc.Close()
 		if *query != "" {
-			qh, err := replay.LoadQuery(ctx, tc, *query, *limit)
+			qh, err := replay.LoadQuery(ctx, tc, *query, *limit, opts...)
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
@@ -97,7 +107,7 @@ func runReplay(ctx context.Context, args []string) error {
 			hs = append(hs, qh...)
 		}
 		if *wfID != "" && len(paths) == 0 {
-			h, err := replay.LoadExecution(ctx, tc, *wfID, *runID)
+			h, err := replay.LoadExecution(ctx, tc, *wfID, *runID, opts...)
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
@@ -105,7 +115,7 @@ func runReplay(ctx context.Context, args []string) error {
 		}
 	}
 
-	results, rerr := replay.Replay(ctx, nil, hs...)
+	results, rerr := replay.ReplayWith(ctx, replay.NewReplayer(opts...), nil, hs...)
 	failed := 0
 	for _, r := range results {
 		what := fmt.Sprintf("%s %s run %s, %d events", r.WorkflowType, r.WorkflowID, r.RunID, len(r.History.History.GetEvents()))
