@@ -37,10 +37,12 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/activities/gate"
+	"github.com/fanout/fanout/internal/codec"
 	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/internal/dev/demo"
 	"github.com/fanout/fanout/starter"
@@ -88,6 +90,13 @@ type Options struct {
 	Client client.Options
 	// Env is added to every worker and bridge process.
 	Env []string
+	// Encrypt turns payload encryption on (internal/codec): the stack's key
+	// is read from Dir/codec-keys, or generated there on the first start
+	// (random, mode 0600), so a kept Dir stays readable across runs and a
+	// temporary one gets a fresh key. Stack.TC, the worker and bridge
+	// processes (FANOUT_CODEC_KEYS_FILE), RunWorkers and the codec server
+	// (unless CodecServerCodec is set) use it; Stack.Keyring holds it.
+	Encrypt bool
 	// CodecServer runs a codec server (internal/codecserver) in this
 	// process on 127.0.0.1:CodecServerPort (0 picks a free one) with
 	// CodecServerCodec, and has the dev server's UI decode payloads
@@ -118,6 +127,10 @@ type Stack struct {
 	// CodecServerURL is the codec server's endpoint with
 	// Options.CodecServer, else "".
 	CodecServerURL string
+	// Keyring and KeysFile, with Options.Encrypt: the stack's keys and the
+	// file that holds them (else nil and "").
+	Keyring  *codec.Keyring
+	KeysFile string
 
 	TC   client.Client
 	RDB  *redis.Client
@@ -196,6 +209,14 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if s.tbin, err = ensureTemporalCLI(ctx, root, o.Log); err != nil {
 		return nil, err
 	}
+	if o.Encrypt {
+		if err := s.setupKeyring(); err != nil {
+			return nil, err
+		}
+		if o.CodecServerCodec == nil {
+			o.CodecServerCodec = s.Keyring.PayloadCodec()
+		}
+	}
 	if o.CodecServer {
 		if err := s.startCodecServer(o.CodecServerCodec); err != nil {
 			return nil, err
@@ -229,6 +250,12 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	go func() { _ = s.srv.Serve(ln) }()
 	copts := o.Client
 	copts.HostPort = s.TemporalAddr
+	if s.Keyring != nil && copts.DataConverter == nil {
+		copts.DataConverter = s.Keyring.DataConverter()
+		copts.FailureConverter = temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
+			DataConverter: copts.DataConverter, EncodeCommonAttributes: true,
+		})
+	}
 	if copts.Logger == nil {
 		copts.Logger = QuietLogger{}
 	}
@@ -335,6 +362,9 @@ func (s *Stack) Env() []string {
 		// The demo source and sink, and the tests' servers, are on loopback.
 		"FANOUT_OUTBOUND_ALLOW=127.0.0.0/8,::1", "FANOUT_RECIPIENTS_URL_ALLOW=http://127.0.0.1:",
 	}
+	if s.KeysFile != "" {
+		env = append(env, "FANOUT_CODEC_KEYS_FILE="+s.KeysFile)
+	}
 	return append(env, s.opts.Env...)
 }
 
@@ -431,7 +461,8 @@ func (s *Stack) Renice(name string, nice int) error {
 
 // RunWorkers runs the workers in this process until stop is called. o's
 // Client, Redis, Queues and DeadLetters default to the stack's client and
-// Redis, every queue, and the deliveries DLQ.
+// Redis, every queue, and the deliveries DLQ; with Options.Encrypt, Sealer
+// defaults to the stack's keys, which seal the DLQ's letters too.
 func (s *Stack) RunWorkers(o workers.Options) (stop func()) {
 	o.Client = cmp.Or(o.Client, client.Client(s.TC))
 	o.Redis = cmp.Or(o.Redis, redis.UniversalClient(s.RDB))
@@ -439,6 +470,13 @@ func (s *Stack) RunWorkers(o workers.Options) (stop func()) {
 		o.Queues = vocab.Queues()
 	}
 	dlw := activities.NewDeadLetterWriter(s.KafkaConn(), activities.DefaultDeliveriesDLQTopic)
+	if s.Keyring != nil {
+		// Staged batches and dead letters sealed like the processes'.
+		dlw.WithSealer(s.Keyring)
+		if o.Sealer == nil {
+			o.Sealer = s.Keyring
+		}
+	}
 	o.DeadLetters = cmp.Or(o.DeadLetters, activities.DeadLetterPublisher(dlw))
 	return s.run("workers", o.Logger, func(ctx context.Context) error { return workers.Run(ctx, o) }, dlw.Close)
 }

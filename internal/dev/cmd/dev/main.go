@@ -2,8 +2,10 @@
 // the Temporal dev server (UI on :8233), the embedded kfake broker on :9092,
 // redis-server, the worker and bridge binaries as separate processes, a
 // loopback recipients source (:8090), the webhook sink as its own process
-// (:8091, as a real destination runs), and a publisher of sample events. It
-// prints live progress, read from the sink; Ctrl-C stops everything.
+// (:8091, as a real destination runs), a codec server (:8234) through which
+// the UI shows the encrypted payloads in clear, and a publisher of sample
+// events. It prints live progress, read from the sink; Ctrl-C stops
+// everything.
 //
 //	go tool task dev                 # run until Ctrl-C
 //	go tool task dev -- -exit-when-done
@@ -32,6 +34,7 @@ import (
 
 type flags struct {
 	temporalPort, uiPort, kafkaPort, redisPort, demoPort, sinkPort int
+	codecPort                                                      int
 	big, small                                                     int
 	exitWhenDone                                                   bool
 }
@@ -44,6 +47,7 @@ func main() {
 	flag.IntVar(&f.redisPort, "redis-port", 6379, "redis-server port")
 	flag.IntVar(&f.demoPort, "demo-port", 8090, "demo recipients source port")
 	flag.IntVar(&f.sinkPort, "sink-port", 8091, "webhook sink process port")
+	flag.IntVar(&f.codecPort, "codec-port", 8234, "codec server port (the Web UI decodes payloads through it)")
 	flag.IntVar(&f.big, "big", 100_000, "recipients of the big demo event")
 	flag.IntVar(&f.small, "small", 10, "number of small demo events (10 to 1,000 recipients)")
 	flag.BoolVar(&f.exitWhenDone, "exit-when-done", false, "stop everything once the demo events completed")
@@ -65,7 +69,7 @@ func run(f flags) error {
 	if err != nil {
 		return err
 	}
-	for name, p := range map[string]int{"temporal": f.temporalPort, "ui": f.uiPort, "kafka": f.kafkaPort, "redis": f.redisPort, "demo": f.demoPort, "sink": f.sinkPort} {
+	for name, p := range map[string]int{"temporal": f.temporalPort, "ui": f.uiPort, "kafka": f.kafkaPort, "redis": f.redisPort, "demo": f.demoPort, "sink": f.sinkPort, "codec": f.codecPort} {
 		if !stack.PortFree(p) {
 			return fmt.Errorf("port %d (%s) is in use: stop what holds it or pass -%s-port", p, name, name)
 		}
@@ -75,6 +79,12 @@ func run(f flags) error {
 		Dir: filepath.Join(root, ".dev"), LogDir: filepath.Join(root, ".dev", "logs"),
 		TemporalPort: f.temporalPort, UIPort: f.uiPort, KafkaPort: f.kafkaPort, RedisPort: f.redisPort, DemoPort: f.demoPort,
 		SinkProcess: true, SinkPort: f.sinkPort, Log: os.Stdout,
+		// The UI decodes through an in-process codec server on loopback,
+		// without a token: the dev UI has no login to pass one.
+		CodecServer: true, CodecServerPort: f.codecPort,
+		// Payloads, staged batches and dead letters encrypted, with a key
+		// generated into .dev/codec-keys on the first run and kept.
+		Encrypt: true,
 	})
 	if err != nil {
 		return err
@@ -85,6 +95,8 @@ func run(f flags) error {
 	}()
 	say("temporal dev server on %s, Web UI on http://localhost:%d", s.TemporalAddr, f.uiPort)
 	say("redis-server on %s", s.RedisAddr)
+	say("codec server %s: the Web UI shows payloads in clear through it; the CLI too with `temporal workflow show --codec-endpoint %s -w <workflow id>`", s.CodecServerURL, s.CodecServerURL)
+	say("payloads, staged batches and dead letters encrypted with key %s of %s (FANOUT_CODEC_KEYS_FILE; `temporal workflow show` shows them encrypted)", s.Keyring.ActiveKeyID(), s.KeysFile)
 	say("kfake Kafka broker on %s (topics %s, %s)", s.KafkaAddr, starter.DefaultEventsTopic, starter.DefaultEventsDLQTopic)
 	say("demo recipients source %s/recipients; webhook sink process %s/deliver (counts: %s/stats)", s.DemoURL, s.SinkURL, s.SinkURL)
 
