@@ -24,14 +24,12 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/internal/codec"
 	"github.com/fanout/fanout/internal/codecserver"
-	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/dev/stack"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
@@ -54,27 +52,21 @@ func TestCodecUIShowsDecryptedInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 
-	keys, err := codec.New(codec.NewKey("e2e-ui"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	uiPort, err := stack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	copts := client.Options{}
-	config.WithKeyring(keys)(&copts)
-	s, err := stack.Start(ctx, stack.Options{
-		InMemory: true, UIPort: uiPort, Log: os.Stderr, Client: copts,
-		CodecServer: true, CodecServerCodec: keys.PayloadCodec(),
-	})
+	// The stack as task dev runs it: encrypted, the UI pointed at the
+	// stack's codec server.
+	s, err := stack.Start(ctx, stack.Options{InMemory: true, UIPort: uiPort, Log: os.Stderr, Encrypt: true, CodecServer: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.CodecServerURL == "" {
-		t.Fatal("stack started no codec server")
+	if s.CodecServerURL == "" || s.Keyring == nil {
+		t.Fatalf("stack started no codec server (%q) or no keys", s.CodecServerURL)
 	}
+	keys := s.Keyring
 
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, &webhook.Handler{
