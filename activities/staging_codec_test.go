@@ -23,7 +23,9 @@ import (
 
 // secretAddress is the address of recipient i of the staging tests: text
 // that must never be found in Redis in clear.
-func secretAddress(i int) string { return fmt.Sprintf("https://hooks-%d.secret.example/t0ken-%d", i, i) }
+func secretAddress(i int) string {
+	return fmt.Sprintf("https://hooks-%d.secret.example/t0ken-%d", i, i)
+}
 
 // TestStagedBatchesAreSealed: with keys, RecipientsPage stages each batch
 // sealed (the raw Redis value holds no address nor recipient id and opens
@@ -46,7 +48,9 @@ func TestStagedBatchesAreSealed(t *testing.T) {
 			}
 			return p, nil
 		},
-		GenerateMessageFunc: func(context.Context, fanout.Event) (fanout.Message, error) { return fanout.Message{Body: []byte("m")}, nil },
+		GenerateMessageFunc: func(context.Context, fanout.Event) (fanout.Message, error) {
+			return fanout.Message{Body: []byte("m")}, nil
+		},
 		DeliverFunc: func(_ context.Context, _ fanout.Event, r fanout.Recipient, _ fanout.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
