@@ -140,6 +140,11 @@ func New(cfg Config, tc client.Client) *Bridge {
 func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info("bridge consuming", "brokers", b.cfg.Kafka.Brokers, "kafka_security", b.cfg.Kafka.Security(), "topic", b.cfg.Topic, "group", b.cfg.GroupID,
 		"types", b.cfg.Validator.Types, "eager", b.cfg.Eager)
+	// kafka-go's reader retries a refused connection quietly: say it once
+	// here (a wrong CA or password), then consume, retrying as before.
+	if err := b.cfg.Kafka.Check(ctx); err != nil && ctx.Err() == nil {
+		b.log.Error("cannot connect to Kafka as configured (FANOUT_KAFKA_*); the bridge keeps retrying", "err", err)
+	}
 	defer func() {
 		b.log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
 	}()

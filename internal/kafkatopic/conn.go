@@ -1,8 +1,10 @@
 package kafkatopic
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -48,6 +50,22 @@ func (c Conn) Transport() *kafka.Transport {
 		TLS:         c.TLS,
 		SASL:        c.SASL,
 	}
+}
+
+// Check connects to the first broker as c says (TCP, TLS handshake,
+// SASL authentication) and hangs up: a process that writes to Kafka only
+// now and then (the worker, for dead letters) calls it at start-up, so a
+// wrong CA or password shows at once, with kafka-go's clear error (e.g.
+// "SASL Authentication Failed"), rather than at the first write.
+func (c Conn) Check(ctx context.Context) error {
+	if len(c.Brokers) == 0 {
+		return errNoBrokers
+	}
+	conn, err := c.Dialer().DialContext(ctx, "tcp", c.Brokers[0])
+	if err != nil {
+		return fmt.Errorf("kafka %s (%s): %w", c.Brokers[0], c.Security(), err)
+	}
+	return conn.Close()
 }
 
 // NewReader is kafka.NewReader for rc with c's brokers and dialer (any

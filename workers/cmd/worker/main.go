@@ -91,6 +91,9 @@ func run() error {
 		return fmt.Errorf("config: %w", err)
 	}
 	dlw := activities.NewDeadLetterWriter(kc, cfg.DeliveriesDLQ).WithSealer(config.Sealer(keys))
+	if err := kc.Check(ctx); err != nil {
+		log.Warn("cannot connect to Kafka as configured (FANOUT_KAFKA_*) yet; dead letters wait for it", "err", err)
+	}
 	defer dlw.Close()
 
 	rdb, err := config.RedisClient(cfg.RedisConn)
