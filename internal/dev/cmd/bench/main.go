@@ -101,6 +101,7 @@ func main() {
 	lightRate := flag.Float64("light-rate", 100, "events/s published in the light scenario")
 	isoRate := flag.Float64("isolation-rate", 50, "events/s published in the isolation scenario, alone and beside the heavy event (below light's rate: at 100/s the light scenario alone keeps both cores ~90% busy)")
 	separateBridge := flag.Bool("separate-bridge", false, "run the bridge as its own process (`starter bridge`, ordinary starts) instead of inside the events worker (FANOUT_BRIDGE=true, eager starts)")
+	secure := flag.Bool("secure", false, "run with payload encryption (a generated AES-256-GCM key for Temporal payloads, staged batches and dead letters) and Standard Webhooks signing on, to measure what they cost against a run without")
 	niceLow := flag.Int("nice-low", 19, "niceness of the low-priority delivery worker (0: same CPU priority as everything else)")
 	flag.Parse()
 	sz := fullSizes()
@@ -120,7 +121,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rows, err := run(ctx, sz, want, *keep, *niceLow, *separateBridge, os.Stdout)
+	rows, err := run(ctx, sz, want, *keep, *niceLow, *separateBridge, *secure, os.Stdout)
 	printTable(os.Stdout, rows)
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rows, "", "  ")
@@ -134,9 +135,16 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, sz sizes, want []string, dir string, nice int, separateBridge bool, out io.Writer) ([]Row, error) {
+func run(ctx context.Context, sz sizes, want []string, dir string, nice int, separateBridge, secure bool, out io.Writer) ([]Row, error) {
 	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, sink process, workers, bridge)...")
 	opts := stack.Options{Dir: dir, Log: out, Env: strings.Fields(os.Getenv("FANOUT_BENCH_ENV")), SinkProcess: true}
+	if secure {
+		// Encryption everywhere (the stack's generated key reaches every
+		// process) and every delivery signed.
+		opts.Encrypt = true
+		opts.Env = append(opts.Env, "FANOUT_WEBHOOK_SECRETS="+benchSigningSecret)
+		fmt.Fprintln(out, "[bench] secure: payload encryption and webhook signing on")
+	}
 	if os.Getenv("FANOUT_BENCH_PPROF") != "" {
 		// go tool pprof http://127.0.0.1:6063/debug/pprof/profile
 		opts.SinkPprof = "127.0.0.1:6063"
@@ -183,6 +191,10 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 	}
 	return rows, nil
 }
+
+// benchSigningSecret signs the deliveries of a -secure run (a bench-only
+// secret: the sink does not check signatures).
+const benchSigningSecret = "whsec_YmVuY2gtb25seS1zaWduaW5nLXNlY3JldC0zMmJ5dGU="
 
 func printTable(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
