@@ -9,10 +9,10 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/codec"
+	"github.com/fanout/fanout/workers"
 )
 
 // Codec configures encryption (internal/codec) of Temporal payloads, staged
@@ -114,20 +114,10 @@ func LoadKeyring() (*codec.Keyring, error) {
 }
 
 // WithKeyring has a Temporal client (and its workers) encrypt every payload
-// with k, and failures' messages and stack traces too (they may quote an
-// address: a transport error names the URL it dialed); nil changes nothing.
-// DialTemporal applies it with the keyring of the environment.
-func WithKeyring(k *codec.Keyring) func(*client.Options) {
-	return func(o *client.Options) {
-		if k == nil {
-			return
-		}
-		o.DataConverter = k.DataConverter()
-		o.FailureConverter = temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
-			DataConverter: o.DataConverter, EncodeCommonAttributes: true,
-		})
-	}
-}
+// with k, and failures' messages and stack traces too (workers.WithEncryption);
+// nil changes nothing. DialTemporal applies it with the keyring of the
+// environment.
+func WithKeyring(k *codec.Keyring) func(*client.Options) { return workers.WithEncryption(k) }
 
 // Sealer is k as the activities' and dead letters' Sealer: nil (all in
 // clear) when k is nil, never a typed nil.
