@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fanout/fanout/internal/dev/stack"
 	"github.com/fanout/fanout/starter"
 )
@@ -19,15 +17,9 @@ import (
 // seen, a second record reports it existed) with its TTL, and the records
 // of many events spread over every master.
 func TestEventRecordOnRedisCluster(t *testing.T) {
+	rdb, _ := stack.TestRedisCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	addrs, stop, err := stack.StartRedisCluster(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { rdb.Close() })
 
 	rec := starter.NewEventRecord(rdb, 2*time.Hour)
 	const events = 90

@@ -9,34 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fanout/fanout/activities/gate"
 	"github.com/fanout/fanout/internal/dev/stack"
 )
-
-// startCluster starts a Redis Cluster of three masters for one test and
-// returns a cluster client of it.
-func startCluster(t *testing.T) *redis.ClusterClient {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	addrs, stop, err := stack.StartRedisCluster(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[:1]})
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
-}
 
 // TestGateOnRedisCluster: the gate behaves on a Redis Cluster of three
 // masters as on one server (verdicts in order over several pipelines,
 // marks, redrive, failure counts, holder, TTL), and one event's keys are
 // spread over every master, not pinned to one slot.
 func TestGateOnRedisCluster(t *testing.T) {
-	rdb := startCluster(t)
+	rdb, _ := stack.TestRedisCluster(t)
 	ctx := context.Background()
 	g := gate.New(rdb, time.Hour)
 	const ev = "webhook/cluster-event"

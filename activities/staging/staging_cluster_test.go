@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities/staging"
 	"github.com/fanout/fanout/internal/dev/stack"
@@ -21,15 +19,9 @@ import (
 // slot), each batch loads back whole with its TTL, and a dropped batch is
 // gone.
 func TestStagingOnRedisCluster(t *testing.T) {
+	rdb, _ := stack.TestRedisCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	addrs, stop, err := stack.StartRedisCluster(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { rdb.Close() })
 
 	s := staging.New(rdb, time.Hour)
 	const ev, batches, size = "webhook/cluster-staged", 60, 50

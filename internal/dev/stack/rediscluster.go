@@ -246,3 +246,30 @@ func MasterKeyCounts(ctx context.Context, c *redis.ClusterClient) (map[string]in
 	})
 	return out, err
 }
+
+// TB is the part of testing.TB the test helpers here use (the stack
+// package does not import testing).
+type TB interface {
+	Helper()
+	TempDir() string
+	Cleanup(func())
+	Fatal(args ...any)
+}
+
+// TestRedisCluster starts a Redis Cluster of three masters for one test,
+// stopped when it ends, and returns a cluster client of it (seeded with
+// the first master only, as a configuration endpoint is) and the masters'
+// addresses.
+func TestRedisCluster(t TB) (*redis.ClusterClient, []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs, stop, err := StartRedisCluster(ctx, t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[:1]})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, addrs
+}
