@@ -2,8 +2,6 @@ package config
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -30,9 +28,6 @@ type Codec struct {
 	KeyID string `env:"FANOUT_CODEC_KEY_ID"`
 }
 
-// maxKeyFileBytes bounds FANOUT_CODEC_KEYS_FILE.
-const maxKeyFileBytes = 1 << 20
-
 // Validate checks the keys (Load calls it).
 func (c *Codec) Validate() error {
 	_, err := c.Keyring()
@@ -51,19 +46,13 @@ func (c Codec) Keyring() (*codec.Keyring, error) {
 		keys = ks
 	}
 	if c.KeysFile != "" {
-		f, err := os.Open(c.KeysFile)
+		// A file of only comments holds no key either: readSecretFile
+		// refuses an empty one, ParseKeyFile returns none for comments.
+		text, err := readSecretFile("FANOUT_CODEC_KEYS_FILE", c.KeysFile)
 		if err != nil {
-			return nil, fmt.Errorf("FANOUT_CODEC_KEYS_FILE: %w", err)
+			return nil, err
 		}
-		b, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes+1))
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("FANOUT_CODEC_KEYS_FILE: %w", err)
-		}
-		if len(b) > maxKeyFileBytes {
-			return nil, fmt.Errorf("FANOUT_CODEC_KEYS_FILE: %s is over %d bytes", c.KeysFile, maxKeyFileBytes)
-		}
-		ks, err := codec.ParseKeyFile(string(b))
+		ks, err := codec.ParseKeyFile(text)
 		if err != nil {
 			return nil, fmt.Errorf("FANOUT_CODEC_KEYS_FILE: %s: %w", c.KeysFile, err)
 		}

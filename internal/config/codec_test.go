@@ -76,7 +76,7 @@ func TestLoadKeyringErrors(t *testing.T) {
 		{keys: codec.FormatKey(k), id: "k2", want: "FANOUT_CODEC_KEY_ID: \"k2\" is none of the keys' ids (k1)"},
 		{keys: codec.FormatKey(k), id: "k 2", want: "FANOUT_CODEC_KEY_ID: key id of 3 bytes"},
 		{id: "k1", want: "FANOUT_CODEC_KEY_ID: set, but no keys"},
-		{file: filepath.Join(dir, "missing"), want: "FANOUT_CODEC_KEYS_FILE: open"},
+		{file: filepath.Join(dir, "missing"), want: "FANOUT_CODEC_KEYS_FILE: stat"},
 		{file: write("empty", "# nothing\n\n"), want: "FANOUT_CODEC_KEYS_FILE: " + filepath.Join(dir, "empty") + " holds no key"},
 		{file: write("bad", codec.FormatKey(k)+"\n"+secret+"\n"), want: "FANOUT_CODEC_KEYS_FILE: " + filepath.Join(dir, "bad") + ": line 2"},
 	}
