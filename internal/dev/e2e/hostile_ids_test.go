@@ -62,6 +62,14 @@ func newRecorder(t *testing.T, wantType, wantBody string, delay time.Duration) *
 			if err != nil || h.Get("webhook-id") != webhook.WebhookID(fanout.Event{ID: req.Header.Get(webhook.HeaderEventID), Type: typ}, fanout.Recipient{ID: id}) {
 				r.wrong = append(r.wrong, fmt.Sprintf("%s %s: signature: %v, webhook-id %q", typ, id, err, h.Get("webhook-id")))
 			}
+			// The same delivery tampered with (another body, another
+			// webhook-id, an older timestamp) is refused by the reference
+			// library: the signature covers all three.
+			for what, tampered := range tamperedDeliveries(body, h) {
+				if verifyReference(r.secrets[0], tampered.body, tampered.h) == nil {
+					r.wrong = append(r.wrong, fmt.Sprintf("%s %s: a delivery with %s still verifies", typ, id, what))
+				}
+			}
 		} else if req.Header.Get("webhook-signature") != "" {
 			r.wrong = append(r.wrong, typ+" "+id+": signed, but its type has no secret")
 		}
@@ -80,6 +88,27 @@ func verifyReference(secret string, body []byte, h http.Header) error {
 		return err
 	}
 	return wh.Verify(body, h)
+}
+
+type delivery struct {
+	body []byte
+	h    http.Header
+}
+
+// tamperedDeliveries are copies of a signed delivery, each with one signed
+// part changed.
+func tamperedDeliveries(body []byte, h http.Header) map[string]delivery {
+	with := func(k, v string) http.Header {
+		c := h.Clone()
+		c.Set(k, v)
+		return c
+	}
+	ts, _ := strconv.ParseInt(h.Get("webhook-timestamp"), 10, 64)
+	return map[string]delivery{
+		"another body":       {append([]byte(" "), body...), h},
+		"another webhook-id": {body, with("webhook-id", h.Get("webhook-id")+"x")},
+		"another timestamp":  {body, with("webhook-timestamp", strconv.FormatInt(ts-1, 10))},
+	}
 }
 
 // check asserts every id in want was delivered exactly once, nothing else
