@@ -1,16 +1,25 @@
 package deploy
 
-// Static validation of the deployment files. There is no Docker engine or
-// cluster here, so these tests read the files and check them against the
-// code: environment variable names against internal/config's `env:"..."`
-// tags and the Temporal SDK's envconfig, queue names and task queues against
-// the fanout package, KEDA targets against the Deployments, the Dockerfile's
-// packages and binaries against the repository and the manifests' commands.
+// The checks of the deployment files that need the service's own code,
+// imported: the configuration each Kubernetes container and compose service
+// gets is run through fanout's start-up validation (config parsing and
+// Validate, envconfig for TEMPORAL_*) with the example Secret laid out as the
+// kubelet mounts it; containers run binaries the Dockerfile installs and
+// starter subcommands that exist; the Dockerfile builds main packages of this
+// module statically with go.mod's Go into a non-root image; compose's workers
+// cover every queue.
+//
+// Everything else lives in the deploy/validate module (its own go.mod, so
+// its heavy dependencies stay out of the service's): the Helm chart rendered
+// and linted with Helm's SDK, every object strictly decoded into its API
+// type (Kubernetes, KEDA, Prometheus Operator), the rules through
+// Prometheus' parser, compose.yaml through compose-go, and the cross-checks
+// of env names, queues, KEDA, NetworkPolicies and pins on every rendering.
+// deploy/k8s is generated from the chart there.
 
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -19,7 +28,6 @@ import (
 	"go/token"
 	"io"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -52,7 +60,6 @@ const (
 	starterGo   = "../starter/cmd/starter/main.go"
 	goMod       = "../go.mod"
 
-	kustomizationFile = "kustomization.yaml"
 	// envconfigModule is the module whose client_config_load.go names the
 	// TEMPORAL_* variables the processes read.
 	envconfigModule = "go.temporal.io/sdk/contrib/envconfig"
@@ -192,46 +199,6 @@ type secret struct {
 	StringData map[string]str `yaml:"stringData"`
 }
 
-type scaledObject struct {
-	object `yaml:",inline"`
-	Spec   struct {
-		ScaleTargetRef struct {
-			APIVersion string `yaml:"apiVersion"`
-			Kind       string `yaml:"kind"`
-			Name       string `yaml:"name"`
-		} `yaml:"scaleTargetRef"`
-		MinReplicaCount *int `yaml:"minReplicaCount"`
-		MaxReplicaCount *int `yaml:"maxReplicaCount"`
-		Triggers        []struct {
-			Type              string         `yaml:"type"`
-			Metadata          map[string]str `yaml:"metadata"`
-			AuthenticationRef *struct {
-				Name string `yaml:"name"`
-				Kind string `yaml:"kind"`
-			} `yaml:"authenticationRef"`
-		} `yaml:"triggers"`
-	} `yaml:"spec"`
-}
-
-type triggerAuthentication struct {
-	object `yaml:",inline"`
-	Spec   struct {
-		SecretTargetRef []struct {
-			Parameter string `yaml:"parameter"`
-			Name      string `yaml:"name"`
-			Key       string `yaml:"key"`
-		} `yaml:"secretTargetRef"`
-	} `yaml:"spec"`
-}
-
-type kustomization struct {
-	object    `yaml:",inline"`
-	Resources []string `yaml:"resources"`
-	Images    []struct {
-		Name string `yaml:"name"`
-	} `yaml:"images"`
-}
-
 type composeProject struct {
 	Services map[string]composeService `yaml:"services"`
 }
@@ -300,16 +267,13 @@ func readYAMLDocs(t *testing.T, file string) []yamlDoc {
 
 // manifests is everything in deploy/k8s, indexed.
 type manifests struct {
-	docs           []yamlDoc
-	files          []string // base names of the YAML files
-	deployments    map[string]workload
-	jobs           map[string]workload
-	configMaps     map[string]configMap
-	secrets        map[string]secret
-	scaledObjects  map[string]scaledObject
-	triggerAuths   map[string]triggerAuthentication
-	kustomizations []kustomization
-	where          map[string]string // "Kind/name" -> where
+	docs        []yamlDoc
+	files       []string // base names of the YAML files
+	deployments map[string]workload
+	jobs        map[string]workload
+	configMaps  map[string]configMap
+	secrets     map[string]secret
+	where       map[string]string // "Kind/name" -> where
 }
 
 func loadManifests(t *testing.T) *manifests {
@@ -327,7 +291,6 @@ func loadManifests(t *testing.T) *manifests {
 	m := &manifests{
 		deployments: map[string]workload{}, jobs: map[string]workload{},
 		configMaps: map[string]configMap{}, secrets: map[string]secret{},
-		scaledObjects: map[string]scaledObject{}, triggerAuths: map[string]triggerAuthentication{},
 		where: map[string]string{},
 	}
 	examples, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
@@ -354,12 +317,6 @@ func loadManifests(t *testing.T) *manifests {
 				m.configMaps[d.obj.Metadata.Name] = decodeDoc[configMap](t, d)
 			case "Secret":
 				m.secrets[d.obj.Metadata.Name] = decodeDoc[secret](t, d)
-			case "ScaledObject":
-				m.scaledObjects[d.obj.Metadata.Name] = decodeDoc[scaledObject](t, d)
-			case "TriggerAuthentication":
-				m.triggerAuths[d.obj.Metadata.Name] = decodeDoc[triggerAuthentication](t, d)
-			case "Kustomization":
-				m.kustomizations = append(m.kustomizations, decodeDoc[kustomization](t, d))
 			}
 		}
 	}
@@ -1133,84 +1090,6 @@ func validateConfig(role string, envm map[string]string) error {
 // ---------------------------------------------------------------------------
 // Tests.
 
-// TestManifestObjects: every Kubernetes document is a named object without a
-// namespace, and kustomization.yaml lists exactly the manifest files.
-func TestManifestObjects(t *testing.T) {
-	m := loadManifests(t)
-	for _, d := range m.docs {
-		if d.obj.APIVersion == "" || d.obj.Kind == "" || d.obj.Metadata.Name == "" {
-			t.Errorf("%s: want apiVersion, kind and metadata.name (got %q, %q, %q)",
-				d.where, d.obj.APIVersion, d.obj.Kind, d.obj.Metadata.Name)
-		}
-		if d.obj.Metadata.Namespace != "" {
-			t.Errorf("%s: metadata.namespace %q: the manifests are namespace-less (set it in kustomization.yaml or with -n)",
-				d.where, d.obj.Metadata.Namespace)
-		}
-	}
-	if len(m.kustomizations) != 1 {
-		t.Fatalf("want one Kustomization in %s (%s), got %d", k8sDir, kustomizationFile, len(m.kustomizations))
-	}
-	k := m.kustomizations[0]
-	var want []string
-	for _, f := range m.files {
-		if f != kustomizationFile {
-			want = append(want, f)
-		}
-	}
-	got := slices.Sorted(slices.Values(k.Resources))
-	if !slices.Equal(got, want) {
-		t.Errorf("%s resources %v; want every manifest file of %s: %v", kustomizationFile, got, k8sDir, want)
-	}
-	// Every container uses the image name the kustomization rewrites.
-	var images []string
-	for _, im := range k.Images {
-		images = append(images, im.Name)
-	}
-	names, all := m.workloads()
-	for _, name := range names {
-		for _, c := range all[name].Spec.Template.Spec.Containers {
-			if !slices.Contains(images, c.Image) {
-				t.Errorf("%s container %s: image %q is not one %s rewrites (%v)", name, c.Name, c.Image, kustomizationFile, images)
-			}
-		}
-	}
-}
-
-// TestManifestEnv: the environment every container gets (env and envFrom)
-// names only variables the code reads, its references resolve, and the
-// ConfigMaps and Secrets hold only such names.
-func TestManifestEnv(t *testing.T) {
-	m := loadManifests(t)
-	names := loadEnvNames(t)
-	for _, n := range slices.Sorted(maps.Keys(m.configMaps)) {
-		envm := map[string]string{}
-		for k, v := range m.configMaps[n].Data {
-			envm[k] = string(v)
-		}
-		for _, p := range names.check(envm) {
-			t.Errorf("%s: %s", m.where["ConfigMap/"+n], p)
-		}
-	}
-	for _, n := range slices.Sorted(maps.Keys(m.secrets)) {
-		if _, err := secretValues(m.secrets[n]); err != nil {
-			t.Errorf("%s: %v", m.where["Secret/"+n], err)
-		}
-	}
-	wnames, all := m.workloads()
-	for _, name := range wnames {
-		w := all[name]
-		for _, c := range slices.Concat(w.Spec.Template.Spec.InitContainers, w.Spec.Template.Spec.Containers) {
-			envm, errs := m.containerEnv(c)
-			for _, err := range errs {
-				t.Errorf("%s container %s: %v", m.where[name], c.Name, err)
-			}
-			for _, p := range names.check(envm) {
-				t.Errorf("%s container %s: %s", m.where[name], c.Name, p)
-			}
-		}
-	}
-}
-
 // TestManifestCommands: containers run binaries the Dockerfile installs (and
 // starter subcommands that exist), and the worker and bridge containers get
 // an environment their start-up validation accepts.
@@ -1240,307 +1119,6 @@ func TestManifestCommands(t *testing.T) {
 	for _, role := range []string{"worker", "bridge", "starter setup"} {
 		if roles[role] == 0 {
 			t.Errorf("no container in %s runs %s", k8sDir, role)
-		}
-	}
-}
-
-// workerQueues returns the queues of each worker Deployment (nil when its
-// FANOUT_QUEUES is missing or invalid; with report, that is an error).
-func workerQueues(t *testing.T, m *manifests, img dockerImage, subs map[string]bool, report bool) map[string][]string {
-	t.Helper()
-	out := map[string][]string{}
-	errorf := func(format string, args ...any) {
-		if report {
-			t.Errorf(format, args...)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(m.deployments)) {
-		d := m.deployments[name]
-		for _, c := range d.Spec.Template.Spec.Containers {
-			if role, _ := checkCommand(k8sCommand(c), img, subs); role != "worker" {
-				continue
-			}
-			envm, _ := m.containerEnv(c)
-			if _, seen := out[name]; !seen {
-				out[name] = nil // a worker, even without valid queues
-			}
-			v, ok := envm["FANOUT_QUEUES"]
-			if !ok {
-				errorf("%s: worker without FANOUT_QUEUES (it would serve every queue; give each task queue its own Deployment)", m.where["Deployment/"+name])
-				continue
-			}
-			qs, err := parseQueues(v)
-			if err != nil {
-				errorf("%s: %v", m.where["Deployment/"+name], err)
-				continue
-			}
-			out[name] = append(out[name], qs...)
-		}
-	}
-	return out
-}
-
-// TestWorkerDeployments: one worker Deployment per queue, together covering
-// events and every priority; the bridge runs at least two replicas.
-func TestWorkerDeployments(t *testing.T) {
-	m := loadManifests(t)
-	img := parseDockerfile(t)
-	subs := starterSubcommands(t)
-	queues := workerQueues(t, m, img, subs, true)
-	servedBy := map[string]string{}
-	for _, name := range slices.Sorted(maps.Keys(queues)) {
-		qs := queues[name]
-		if len(qs) == 0 {
-			continue // reported by workerQueues
-		}
-		if len(qs) != 1 {
-			t.Errorf("%s: FANOUT_QUEUES=%s: one queue per Deployment, so each task queue's pool scales on its own", m.where["Deployment/"+name], strings.Join(qs, ","))
-		}
-		for _, q := range qs {
-			if prev, dup := servedBy[q]; dup {
-				t.Errorf("queue %q is served by both Deployment %s and %s", q, prev, name)
-			}
-			servedBy[q] = name
-		}
-	}
-	for _, q := range allQueues() {
-		if _, ok := servedBy[q]; !ok {
-			t.Errorf("no worker Deployment serves queue %q (FANOUT_QUEUES=%s); the worker Deployments serve %v", q, q, slices.Sorted(maps.Keys(servedBy)))
-		}
-	}
-	bridges := 0
-	for _, name := range slices.Sorted(maps.Keys(m.deployments)) {
-		d := m.deployments[name]
-		for _, c := range d.Spec.Template.Spec.Containers {
-			if role, _ := checkCommand(k8sCommand(c), img, subs); role == "bridge" {
-				bridges++
-				if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
-					t.Errorf("%s: the bridge wants at least 2 replicas in its consumer group", m.where["Deployment/"+name])
-				}
-			}
-		}
-	}
-	if bridges == 0 {
-		t.Errorf("no bridge Deployment (starter bridge) in %s", k8sDir)
-	}
-}
-
-// TestPodSpecs: selectors match their pods, Jobs do not restart forever,
-// containers are locked down and have resources, and long-running containers
-// have a liveness probe on the metrics port.
-func TestPodSpecs(t *testing.T) {
-	m := loadManifests(t)
-	wnames, all := m.workloads()
-	for _, name := range wnames {
-		w := all[name]
-		where := m.where[name]
-		ps := w.Spec.Template.Spec
-		isDeployment := strings.HasPrefix(name, "Deployment/")
-		if isDeployment {
-			if len(w.Spec.Selector.MatchLabels) == 0 {
-				t.Errorf("%s: spec.selector.matchLabels is empty", where)
-			}
-			for k, v := range w.Spec.Selector.MatchLabels {
-				if w.Spec.Template.Metadata.Labels[k] != v {
-					t.Errorf("%s: selector %s=%s does not match the pod template's labels", where, k, v)
-				}
-			}
-		} else if ps.RestartPolicy != "OnFailure" && ps.RestartPolicy != "Never" {
-			t.Errorf("%s: a Job's restartPolicy must be OnFailure or Never, got %q", where, ps.RestartPolicy)
-		}
-		if len(ps.Containers) == 0 {
-			t.Errorf("%s: no containers", where)
-		}
-		podNonRoot := ps.SecurityContext != nil && ps.SecurityContext.RunAsNonRoot != nil && *ps.SecurityContext.RunAsNonRoot
-		if ps.SecurityContext != nil && ps.SecurityContext.RunAsUser != nil && *ps.SecurityContext.RunAsUser == 0 {
-			t.Errorf("%s: runAsUser 0 (root)", where)
-		}
-		for _, c := range ps.Containers {
-			cw := fmt.Sprintf("%s container %s", where, c.Name)
-			sc := c.SecurityContext
-			switch {
-			case sc == nil:
-				t.Errorf("%s: no securityContext", cw)
-			default:
-				if !podNonRoot && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot) {
-					t.Errorf("%s: runAsNonRoot is not set (pod or container)", cw)
-				}
-				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-					t.Errorf("%s: want allowPrivilegeEscalation: false", cw)
-				}
-				if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-					t.Errorf("%s: want readOnlyRootFilesystem: true", cw)
-				}
-				if sc.Privileged != nil && *sc.Privileged {
-					t.Errorf("%s: privileged", cw)
-				}
-				if !slices.Contains(sc.Capabilities.Drop, "ALL") {
-					t.Errorf("%s: want capabilities.drop: [ALL]", cw)
-				}
-			}
-			if c.Resources.Requests["cpu"] == nil || c.Resources.Requests["memory"] == nil {
-				t.Errorf("%s: want resources.requests cpu and memory", cw)
-			}
-			if c.Resources.Limits["memory"] == nil {
-				t.Errorf("%s: want resources.limits.memory", cw)
-			}
-			if !isDeployment {
-				continue
-			}
-			// Liveness through the metrics endpoint, on FANOUT_METRICS_ADDR's port.
-			envm, _ := m.containerEnv(c)
-			addr := envm["FANOUT_METRICS_ADDR"]
-			_, portStr, err := net.SplitHostPort(addr)
-			metricsPort, perr := strconv.Atoi(portStr)
-			if err != nil || perr != nil {
-				t.Errorf("%s: FANOUT_METRICS_ADDR=%q: want [host]:port (the liveness probe reads /metrics there)", cw, addr)
-				continue
-			}
-			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil {
-				t.Errorf("%s: no livenessProbe.httpGet (use /metrics on port %d)", cw, metricsPort)
-				continue
-			}
-			hg := c.LivenessProbe.HTTPGet
-			probePort := -1
-			if hg.Port.Tag == "!!int" {
-				probePort, _ = strconv.Atoi(hg.Port.Value)
-			} else {
-				for _, p := range c.Ports {
-					if p.Name == hg.Port.Value {
-						probePort = p.ContainerPort
-					}
-				}
-			}
-			if probePort != metricsPort {
-				t.Errorf("%s: liveness probe port %q is %d, but FANOUT_METRICS_ADDR=%s serves on %d", cw, hg.Port.Value, probePort, addr, metricsPort)
-			}
-			if hg.Path != "/metrics" {
-				t.Errorf("%s: liveness probe path %q; the process serves /metrics", cw, hg.Path)
-			}
-		}
-	}
-}
-
-// TestKEDA: every worker Deployment has one ScaledObject with a temporal
-// trigger on its own task queue, against the Temporal the workers use, with
-// at least one replica; nothing else is scaled by it.
-func TestKEDA(t *testing.T) {
-	m := loadManifests(t)
-	img := parseDockerfile(t)
-	subs := starterSubcommands(t)
-	queues := workerQueues(t, m, img, subs, false)
-	scaled := map[string]string{}
-	for _, name := range slices.Sorted(maps.Keys(m.scaledObjects)) {
-		so := m.scaledObjects[name]
-		where := m.where["ScaledObject/"+name]
-		if so.APIVersion != "keda.sh/v1alpha1" {
-			t.Errorf("%s: apiVersion %q, want keda.sh/v1alpha1", where, so.APIVersion)
-		}
-		ref := so.Spec.ScaleTargetRef
-		if ref.Kind != "" && ref.Kind != "Deployment" {
-			t.Errorf("%s: scaleTargetRef.kind %q; the workers are Deployments", where, ref.Kind)
-			continue
-		}
-		dep, ok := m.deployments[ref.Name]
-		if !ok {
-			t.Errorf("%s: scaleTargetRef.name %q is not a Deployment in %s (Deployments: %v)", where, ref.Name, k8sDir, slices.Sorted(maps.Keys(m.deployments)))
-			continue
-		}
-		if prev, dup := scaled[ref.Name]; dup {
-			t.Errorf("%s: Deployment %s is already scaled by ScaledObject %s", where, ref.Name, prev)
-		}
-		scaled[ref.Name] = name
-		depQueues, isWorker := queues[ref.Name]
-		if !isWorker {
-			t.Errorf("%s: scales %s, which is not a worker (only workers poll task queues)", where, ref.Name)
-			continue
-		}
-		checkQueues := len(depQueues) > 0 // else TestWorkerDeployments reports FANOUT_QUEUES
-		if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount < 1 {
-			t.Errorf("%s: minReplicaCount must be at least 1: an idle task queue is unloaded after ~5 min and its backlog then reads 0, so a pool at zero would never be woken", where)
-		}
-		if so.Spec.MaxReplicaCount != nil && so.Spec.MinReplicaCount != nil && *so.Spec.MaxReplicaCount < *so.Spec.MinReplicaCount {
-			t.Errorf("%s: maxReplicaCount < minReplicaCount", where)
-		}
-		// The Temporal the target's workers talk to.
-		var depEnv map[string]string
-		if len(dep.Spec.Template.Spec.Containers) > 0 {
-			depEnv, _ = m.containerEnv(dep.Spec.Template.Spec.Containers[0])
-		}
-		wantNS := depEnv["TEMPORAL_NAMESPACE"]
-		if wantNS == "" {
-			wantNS = "default"
-		}
-		var wantTQ []string
-		for _, q := range depQueues {
-			tq, _ := taskQueueOf(q)
-			wantTQ = append(wantTQ, tq)
-		}
-		var gotTQ []string
-		for i, tr := range so.Spec.Triggers {
-			tw := fmt.Sprintf("%s trigger %d", where, i)
-			if tr.Type != "temporal" {
-				t.Errorf("%s: type %q, want temporal", tw, tr.Type)
-				continue
-			}
-			md := tr.Metadata
-			switch {
-			case md["endpointFromEnv"] != "":
-				if _, ok := depEnv[string(md["endpointFromEnv"])]; !ok {
-					t.Errorf("%s: endpointFromEnv %s is not in %s's environment", tw, md["endpointFromEnv"], ref.Name)
-				}
-			case string(md["endpoint"]) != depEnv["TEMPORAL_ADDRESS"]:
-				t.Errorf("%s: endpoint %q, but %s's workers use TEMPORAL_ADDRESS=%q", tw, md["endpoint"], ref.Name, depEnv["TEMPORAL_ADDRESS"])
-			}
-			if ns := string(md["namespace"]); md["namespaceFromEnv"] == "" && cmp.Or(ns, "default") != wantNS {
-				t.Errorf("%s: namespace %q, but %s's workers use TEMPORAL_NAMESPACE=%q", tw, ns, ref.Name, wantNS)
-			}
-			tq := string(md["taskQueue"])
-			if checkQueues && !slices.Contains(wantTQ, tq) {
-				t.Errorf("%s: taskQueue %q, but %s serves FANOUT_QUEUES=%s, i.e. task queue(s) %v", tw, tq, ref.Name, strings.Join(depQueues, ","), wantTQ)
-			}
-			gotTQ = append(gotTQ, tq)
-			qt := strings.Split(string(md["queueTypes"]), ",")
-			for _, typ := range qt {
-				if typ != "workflow" && typ != "activity" && typ != "nexus" {
-					t.Errorf("%s: queueTypes %q: %q is not workflow, activity or nexus", tw, md["queueTypes"], typ)
-				}
-			}
-			for _, typ := range []string{"workflow", "activity"} {
-				if !slices.Contains(qt, typ) {
-					t.Errorf("%s: queueTypes %q lacks %s: every fanout pool runs a workflow and its activities on its task queue", tw, md["queueTypes"], typ)
-				}
-			}
-			if n, err := strconv.Atoi(string(md["targetQueueSize"])); err != nil || n < 1 {
-				t.Errorf("%s: targetQueueSize %q: want a positive integer", tw, md["targetQueueSize"])
-			}
-			if ar := tr.AuthenticationRef; ar != nil {
-				if ar.Kind != "" && ar.Kind != "TriggerAuthentication" {
-					continue // a ClusterTriggerAuthentication lives outside these manifests
-				}
-				if _, ok := m.triggerAuths[ar.Name]; !ok {
-					t.Errorf("%s: authenticationRef %q is not a TriggerAuthentication in %s", tw, ar.Name, k8sDir)
-				}
-			}
-		}
-		slices.Sort(gotTQ)
-		slices.Sort(wantTQ)
-		if checkQueues && !slices.Equal(gotTQ, wantTQ) {
-			t.Errorf("%s: triggers on task queues %v; %s serves %v (one trigger per task queue)", where, gotTQ, ref.Name, wantTQ)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(queues)) {
-		if _, ok := scaled[name]; !ok {
-			t.Errorf("worker Deployment %s has no KEDA ScaledObject", name)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(m.triggerAuths)) {
-		for _, r := range m.triggerAuths[name].Spec.SecretTargetRef {
-			vals, _ := secretValues(m.secrets[r.Name])
-			if _, ok := vals[r.Key]; !ok {
-				t.Errorf("%s: parameter %s reads Secret %s key %s, which is not defined in %s",
-					m.where["TriggerAuthentication/"+name], r.Parameter, r.Name, r.Key, k8sDir)
-			}
 		}
 	}
 }
