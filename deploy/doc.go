@@ -1,10 +1,12 @@
 // Package deploy holds fanout's deployment files: the container image
-// (Dockerfile), a docker compose stack for a laptop (compose.yaml) and
-// Kubernetes manifests with KEDA autoscaling (k8s/). See README.md.
+// (Dockerfile), a docker compose stack for a laptop (compose.yaml), the Helm
+// chart (helm/fanout) and the kustomize manifests generated from it (k8s/).
+// See README.md.
 //
-// There is no Go code to run here: deploy_test.go validates the files
-// statically under `go test ./...` (names of environment variables against
-// internal/config and the Temporal SDK's envconfig, task queues against the
-// names in the fanout package, KEDA targets against the Deployments, the
-// binaries and packages of the Dockerfile against the repository).
+// There is no Go code to run here. deploy_test.go checks what needs the
+// service's code imported (each container's configuration through fanout's
+// start-up validation, the Dockerfile's packages and binaries against the
+// repository); the validators built on Helm, the Kubernetes API, KEDA, the
+// Prometheus Operator, Prometheus and compose-go live in the separate module
+// deploy/validate.
 package deploy
