@@ -272,6 +272,15 @@ type DeliverBatchInput struct {
 	// workflow's input, which embeds this one.
 	Redrive bool   `json:",omitempty"`
 	Round   string `json:",omitempty"`
+	// Rate, when positive, paces the batch's deliveries to at most Rate
+	// per second: its share of the event's rate cap (set-rate). PaceFrom
+	// is where its schedule starts: the end of the previous batch's
+	// schedule in the same lane, so the gap between them is made up (at
+	// most MaxPaceCatchUp's worth), or when the batch was started. Both are
+	// left out of the JSON when zero, so an uncapped batch's input is what
+	// it always was.
+	Rate     float64   `json:",omitzero"`
+	PaceFrom time.Time `json:",omitzero"`
 }
 
 // Failure is a recipient that was not delivered.
@@ -327,7 +336,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
-	outcomes, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
+	outcomes, left, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
@@ -344,6 +353,13 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if len(retry) > 0 {
 		observeRetried(ctx, in, len(retry))
 		return DeliverBatchResult{}, a.retryError(in, retry)
+	}
+	if left > 0 {
+		// Paced past the attempt's deadline: the next attempt presents the
+		// same attempt id, skips what this one delivered and goes on.
+		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
+			fmt.Sprintf("paced at %.4g/s: %d of %d recipients left to the next attempt (%v)", in.Rate, left, len(in.Recipients), errPaceDeadline),
+			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
 	}
 	if len(giveUp) > 0 && a.Logger != nil {
 		a.Logger.Warn("batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
@@ -543,8 +559,11 @@ func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
 // deliverAll delivers to todo with bounded concurrency. Each success is
 // marked delivered in the gate by a flusher that pipelines the marks that
 // piled up while the previous flush was in flight (group commit: one round
-// trip when idle, few under load).
-func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) ([]outcome, error) {
+// trip when idle, few under load). With in.Rate, deliveries start at that
+// pace (pacer); left counts the recipients of todo not tried because the
+// pace would outlast the attempt (they are not failures: the retry
+// delivers them).
+func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left int, _ error) {
 	conc := in.Concurrency
 	if a.DeliverConcurrency > 0 {
 		conc = a.DeliverConcurrency
@@ -616,8 +635,22 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 			return nil
 		})
 	}
+	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		lastBeat = time.Now()
+		activity.RecordHeartbeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+	})
 feed:
-	for _, r := range todo {
+	for i, r := range todo {
+		if pace != nil {
+			if err := pace.wait(gctx); err != nil {
+				if errors.Is(err, errPaceDeadline) {
+					left = len(todo) - i
+				}
+				break feed
+			}
+		}
 		select {
 		case work <- r:
 		case <-gctx.Done():
@@ -628,15 +661,15 @@ feed:
 	werr := g.Wait()
 	close(marks)
 	if ferr := <-flushed; ferr != nil {
-		return nil, ferr
+		return nil, 0, ferr
 	}
 	if werr != nil {
-		return nil, werr
+		return nil, 0, werr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return out, nil
+	return out, left, nil
 }
 
 // deadLetter publishes the given-up recipients to the deliveries DLQ, then

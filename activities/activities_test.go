@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -295,5 +296,63 @@ func TestDeadLetterBatch(t *testing.T) {
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || !ae.NonRetryable() {
 		t.Errorf("staged batch without handler or staging: %v, want a non-retryable error", err)
+	}
+}
+
+// TestDeliverBatchPacedAtItsRate: a batch given a Rate starts its
+// deliveries at that pace (a token bucket that starts empty for a batch
+// whose schedule starts now): n deliveries span at least (n-1)/Rate, no
+// 100 ms span holds more than its share (plus the deliveries a worker may
+// record out of order), and every recipient is delivered once.
+func TestDeliverBatchPacedAtItsRate(t *testing.T) {
+	const n, perSecond, conc = 300, 600.0, 8
+	var (
+		mu    sync.Mutex
+		times []time.Time
+	)
+	h := &audience{delivered: map[string]int{}, fail: func(fanout.Recipient) error {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return nil
+	}}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	recips := make([]fanout.Recipient, n)
+	for i := range recips {
+		recips[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
+	}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	acts := &activities.Activities{Registry: reg}
+	env.RegisterActivity(acts)
+	start := time.Now()
+	v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{Event: event("paced", n), AttemptID: "p#0",
+		Recipients: recips, MaxAttempts: 1, Concurrency: conc, Rate: perSecond, PaceFrom: start})
+	var res activities.DeliverBatchResult
+	if err == nil {
+		err = v.Get(&res)
+	}
+	if err != nil || res.Delivered != n {
+		t.Fatalf("paced batch: %+v %v", res, err)
+	}
+	for i := range n {
+		if c := h.delivered["r"+strconv.Itoa(i)]; c != 1 {
+			t.Fatalf("r%d delivered %d times", i, c)
+		}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	if span, least := times[n-1].Sub(start), time.Duration((n-1)*1000/int(perSecond))*time.Millisecond; span < least-5*time.Millisecond {
+		t.Errorf("%d deliveries at %v/s spanned %v, under the %v the rate allows", n, perSecond, span, least)
+	}
+	const win = 100 * time.Millisecond
+	most := int(perSecond*win.Seconds()) + conc + 1
+	for i, j := 0, 0; i < n; i++ {
+		for j < n && times[j].Sub(times[i]) < win {
+			j++
+		}
+		if j-i > most {
+			t.Fatalf("%d deliveries within %v from delivery %d, over %d", j-i, win, i, most)
+		}
 	}
 }
