@@ -6,6 +6,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -46,6 +47,11 @@ type FanoutState struct {
 	// Paused and Rate are the operator's steering (see the updates).
 	Paused bool    `json:",omitempty"`
 	Rate   float64 `json:",omitempty"`
+	// LaneEnds are where the rate cap's lanes' schedules ended when the
+	// run continued-as-new, at LaneShare per second each, so the next run's
+	// first batches make up the gap (see rateLanes).
+	LaneEnds  []time.Time `json:",omitempty"`
+	LaneShare float64     `json:",omitempty"`
 }
 
 // Progress is the answer to the progress query and the workflow's result.
@@ -92,6 +98,25 @@ type fanoutRun struct {
 	pending    int
 	lastUpsert time.Time
 	lastStart  time.Time
+
+	// The rate cap's lanes (see rateLanes): capped counts the open batches
+	// paced at a share of the cap, committed the sum of their shares,
+	// uncapped the open batches started without a cap (each may deliver
+	// at full speed); laneEnds are the schedule ends of the lanes free for
+	// the next batch, at laneShare each.
+	capped, uncapped int
+	committed        float64
+	laneEnds         []time.Time
+	laneShare        float64
+	// lanesVersion caches the rate-lanes version (-2: not asked yet).
+	lanesVersion workflow.Version
+}
+
+// batchPace is the pace of one batch: its share of the rate cap per second
+// (0: none) and where its schedule starts.
+type batchPace struct {
+	share float64
+	from  time.Time
 }
 
 // Fanout fans one event out: it generates the message once, pages the
@@ -109,10 +134,12 @@ type fanoutRun struct {
 // Operators steer it with the progress query and the pause, resume and
 // set-rate updates; a cancel stops paging and the open batches.
 func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
-	r := &fanoutRun{ctx: ctx, in: in, st: in.State, sel: workflow.NewSelector(ctx), wake: workflow.NewBufferedChannel(ctx, 1)}
+	r := &fanoutRun{ctx: ctx, in: in, st: in.State, sel: workflow.NewSelector(ctx), wake: workflow.NewBufferedChannel(ctx, 1), lanesVersion: -2}
 	if r.st != nil {
 		r.prog = r.st.Progress
 		r.prog.Paused, r.prog.Rate = r.st.Paused, r.st.Rate
+		r.laneEnds, r.laneShare = r.st.LaneEnds, r.st.LaneShare
+		r.st.LaneEnds, r.st.LaneShare = nil, 0
 	}
 	r.prog.Runs++
 	r.prog.PendingBatches = 0
@@ -253,19 +280,21 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		r.prog.Pages++
 		r.prog.Found += int64(page.Len())
 		for i := range page.Batches {
-			if !r.beforeBatch(page.Batches[i].Count) {
+			pace, ok := r.beforeBatch(page.Batches[i].Count)
+			if !ok {
 				break
 			}
 			ref := page.Batches[i]
-			r.startBatch(ref.N, nil, &ref)
+			r.startBatch(ref.N, nil, &ref, pace)
 			r.st.NextBatch = ref.N + 1
 		}
 		for rs := page.Recipients; len(rs) > 0 && len(page.Batches) == 0; {
 			k := min(len(rs), batchSize)
-			if !r.beforeBatch(k) {
+			pace, ok := r.beforeBatch(k)
+			if !ok {
 				break
 			}
-			r.startBatch(r.st.NextBatch, rs[:k], nil)
+			r.startBatch(r.st.NextBatch, rs[:k], nil, pace)
 			r.st.NextBatch++
 			rs = rs[k:]
 		}
@@ -291,6 +320,9 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			}
 			r.st.Progress = r.prog
 			r.st.Paused, r.st.Rate = r.prog.Paused, r.prog.Rate
+			if r.prog.Rate > 0 && len(r.laneEnds) > 0 {
+				r.st.LaneEnds, r.st.LaneShare = r.laneEnds, r.laneShare
+			}
 			workflow.GetLogger(ctx).Info("continuing as new", "cursor", r.st.Cursor, "batches", r.st.NextBatch)
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return FanoutResult{}, err
@@ -339,17 +371,98 @@ func (r *fanoutRun) audienceBound() error {
 	return nil
 }
 
-// beforeBatch waits for room in the window, for a resume and for the rate
-// cap before a batch of k recipients; false means the run was canceled.
-func (r *fanoutRun) beforeBatch(k int) bool {
+// beforeBatch waits for room in the window, for a resume and for room
+// under the rate cap before a batch of k recipients, and returns the
+// batch's pace; false means the run was canceled.
+func (r *fanoutRun) beforeBatch(k int) (batchPace, bool) {
 	r.drain(r.st.Options.Window - 1)
 	r.waitWhilePaused()
-	r.pace(k)
-	return r.ctx.Err() == nil
+	if r.prog.Rate > 0 && r.ctx.Err() == nil && r.rateLanesVersion() == workflow.DefaultVersion {
+		// Histories from before the lanes paced batch starts with timers.
+		r.pace(k)
+		return batchPace{}, r.ctx.Err() == nil
+	}
+	for r.prog.Rate > 0 && r.ctx.Err() == nil {
+		share := r.prog.Rate / float64(rateLanes(r.prog.Rate, r.st.Options))
+		if r.uncapped == 0 && r.committed+share <= r.prog.Rate*(1+1e-9) {
+			return r.takeLane(share), true
+		}
+		// Wakes on a finished batch, a rate change, a pause.
+		r.sel.Select(r.ctx)
+		r.drain(r.st.Options.Window - 1)
+		r.waitWhilePaused()
+	}
+	return batchPace{}, r.ctx.Err() == nil
 }
 
-// startBatch starts batch n: recips inline, or the staged batch ref.
-func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities.BatchRef) {
+// rateLanesVersion is the version of the rate cap's pacing: DefaultVersion
+// in histories where batch starts were paced by a timer after the last
+// start (a batch then delivered at full speed), 1 since batches pace
+// their own deliveries in lanes. Asked the first time a batch waits under a
+// cap, so only capped events record the marker.
+func (r *fanoutRun) rateLanesVersion() workflow.Version {
+	if r.lanesVersion == -2 {
+		r.lanesVersion = workflow.GetVersion(r.ctx, "rate-cap-lanes", workflow.DefaultVersion, 1)
+	}
+	return r.lanesVersion
+}
+
+// rateLaneCalls is the rate of calls one delivery slot is assumed to
+// sustain (a destination answering within 100 ms): a batch is given at
+// most DeliverConcurrency × this as its share of a cap.
+const rateLaneCalls = 10
+
+// rateLanes is the number of lanes a cap of perSecond runs in: batches
+// open at once, each delivering perSecond/lanes. As few as a batch's
+// concurrency allows (fewer and shorter batches in flight: a new cap
+// reaches every open batch sooner), at most the window.
+func rateLanes(perSecond float64, o fanout.TypeOptions) int {
+	per := float64(max(o.DeliverConcurrency, 1) * rateLaneCalls)
+	return int(max(1, min(float64(max(o.Window, 1)), math.Ceil(perSecond/per-1e-9))))
+}
+
+// takeLane gives the next batch a lane at share per second: the schedule
+// of the lane that ended first, so the gap between its last batch and
+// this one is made up (at most activities.MaxPaceCatchUp's worth), or a
+// new lane from now.
+func (r *fanoutRun) takeLane(share float64) batchPace {
+	now := workflow.Now(r.ctx)
+	if share != r.laneShare {
+		r.laneEnds, r.laneShare = nil, share
+	}
+	from := now
+	if len(r.laneEnds) > 0 {
+		from = r.laneEnds[0]
+		r.laneEnds = r.laneEnds[1:]
+		if earliest := now.Add(-activities.MaxPaceCatchUp); from.Before(earliest) {
+			from = earliest
+		}
+	}
+	return batchPace{share: share, from: from}
+}
+
+// releaseLane frees the lane of a capped batch of size recipients that
+// finished: its schedule ended at from + size/share, or now if it finished
+// sooner (recipients the gate skipped take no time).
+func (r *fanoutRun) releaseLane(p batchPace, size int64) {
+	r.capped--
+	r.committed -= p.share
+	if r.capped == 0 {
+		r.committed = 0
+	}
+	if p.share != r.laneShare {
+		return // a lane of an earlier cap
+	}
+	end := p.from.Add(time.Duration(float64(size) / p.share * float64(time.Second)))
+	if now := workflow.Now(r.ctx); now.Before(end) {
+		end = now
+	}
+	r.laneEnds = append(r.laneEnds, end)
+}
+
+// startBatch starts batch n: recips inline, or the staged batch ref, at
+// pace.
+func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities.BatchRef, pace batchPace) {
 	ctx, st, opts := r.ctx, r.st, r.st.Options
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            vocab.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
@@ -359,6 +472,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	})
 	bin := r.batchInput(n, recips, ref)
+	bin.Rate, bin.PaceFrom = pace.share, pace.from
 	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
 		DeliverBatchInput: bin,
 		BatchNo:           n,
@@ -372,7 +486,18 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	if ref != nil {
 		size = int64(ref.Count)
 	}
+	if pace.share > 0 {
+		r.capped++
+		r.committed += pace.share
+	} else {
+		r.uncapped++
+	}
 	r.sel.AddFuture(fut, func(f workflow.Future) {
+		if pace.share > 0 {
+			r.releaseLane(pace, size)
+		} else {
+			r.uncapped--
+		}
 		r.pending--
 		r.prog.PendingBatches = r.pending
 		r.prog.BatchesCompleted++
@@ -579,6 +704,10 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		r.setDetails()
 		var res activities.DeliverBatchResult
 		in := r.batchInput(0, recips, nil)
+		if r.prog.Rate > 0 {
+			// Set before the first page: the one batch has the whole cap.
+			in.Rate, in.PaceFrom = r.prog.Rate, workflow.Now(ctx)
+		}
 		dctx := deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority))
 		var err error
 		if len(recips) <= st.Options.LocalDeliveryMax {

@@ -82,6 +82,7 @@ type recorder struct {
 	inflight    int      // DeliverBatch calls in progress
 	maxInflight int
 	delivers    []deliverCall
+	paced       []pacedCall
 	// deadLettered: DeadLetterBatch calls, attempt id -> reason.
 	deadLettered map[string]string
 
@@ -91,6 +92,15 @@ type recorder struct {
 	maxOpenKids int
 
 	status, priority, eventType string // last upserted search attributes
+}
+
+// pacedCall is the pace one DeliverBatch call was given and when it ended
+// (on the mock clock; it started DeliverDelay before).
+type pacedCall struct {
+	rate     float64
+	from     time.Time
+	end      time.Time
+	attempts string
 }
 
 // deliverCall is how one DeliverBatch call ran.
@@ -193,6 +203,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			rec.inflight--
 			info := activity.GetInfo(ctx)
 			rec.delivers = append(rec.delivers, deliverCall{local: info.IsLocalActivity, queue: info.TaskQueue})
+			rec.paced = append(rec.paced, pacedCall{rate: in.Rate, from: in.PaceFrom, end: env.Now(), attempts: in.AttemptID})
 			if in.Ref != nil {
 				// A staged batch: the workflow passed only the ref.
 				if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
