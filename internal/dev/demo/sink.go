@@ -47,6 +47,8 @@ type Sink struct {
 type eventCounts struct {
 	recipients map[string]uint32
 	stats      EventStats
+	// perSecond counts the deliveries by the Unix second they arrived in.
+	perSecond map[int64]int
 }
 
 // NewSink returns an empty sink.
@@ -94,12 +96,13 @@ func (s *Sink) record(ev, rc string, now time.Time) (dup bool) {
 	defer s.mu.Unlock()
 	e := s.events[ev]
 	if e == nil {
-		e = &eventCounts{recipients: map[string]uint32{}}
+		e = &eventCounts{recipients: map[string]uint32{}, perSecond: map[int64]int{}}
 		s.events[ev] = e
 	}
 	n := e.recipients[rc] + 1
 	e.recipients[rc] = n
 	e.stats.Deliveries++
+	e.perSecond[now.Unix()]++
 	switch n {
 	case 1:
 		e.stats.Unique++
@@ -153,6 +156,23 @@ func (s *Sink) Event(eventID string) EventStats {
 	return EventStats{}
 }
 
+// PerSecond returns an event's deliveries (duplicates included) by the Unix
+// second they arrived in, for checking a rate: seconds without a delivery
+// are absent.
+func (s *Sink) PerSecond(eventID string) map[int64]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.events[eventID]
+	if e == nil {
+		return map[int64]int{}
+	}
+	out := make(map[int64]int, len(e.perSecond))
+	for sec, n := range e.perSecond {
+		out[sec] = n
+	}
+	return out
+}
+
 // Count returns how many deliveries a recipient of an event received.
 func (s *Sink) Count(eventID, recipientID string) int {
 	s.mu.Lock()
@@ -172,8 +192,8 @@ const (
 // Routes registers the sink on mux: deliveries at POST /deliver; its
 // counters at GET /stats (Totals, or with ?event=ID that event's
 // EventStats) and POST /stats/events (a JSON array of event ids, answered
-// with their EventStats by id); PUT /delay?d=25ms sets SetDelay. SinkClient
-// reads them.
+// with their EventStats by id); GET /stats/seconds?event=ID the event's
+// PerSecond; PUT /delay?d=25ms sets SetDelay. SinkClient reads them.
 func (s *Sink) Routes(mux *http.ServeMux) {
 	mux.Handle("POST /deliver", s)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
@@ -182,6 +202,9 @@ func (s *Sink) Routes(mux *http.ServeMux) {
 			return
 		}
 		writeJSON(w, s.Totals())
+	})
+	mux.HandleFunc("GET /stats/seconds", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, s.PerSecond(r.URL.Query().Get("event")))
 	})
 	mux.HandleFunc("POST /stats/events", func(w http.ResponseWriter, r *http.Request) {
 		var ids []string
@@ -287,6 +310,13 @@ func (c *SinkClient) Events(ctx context.Context, eventIDs []string) (map[string]
 		}
 	}
 	return out, nil
+}
+
+// PerSecond returns an event's deliveries by Unix second (Sink.PerSecond).
+func (c *SinkClient) PerSecond(ctx context.Context, eventID string) (map[int64]int, error) {
+	out := map[int64]int{}
+	err := c.do(ctx, http.MethodGet, "/stats/seconds?event="+url.QueryEscape(eventID), nil, &out)
+	return out, err
 }
 
 // Totals returns the sink's counters.

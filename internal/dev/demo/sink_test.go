@@ -78,3 +78,37 @@ func TestSinkClient(t *testing.T) {
 		t.Fatal("a 2-minute delay was accepted")
 	}
 }
+
+// PerSecond counts an event's deliveries by the second they arrived in,
+// in process and over HTTP.
+func TestSinkPerSecond(t *testing.T) {
+	sink := NewSink()
+	base := time.Unix(1_700_000_000, 0)
+	for i, at := range []time.Duration{0, 300 * time.Millisecond, 999 * time.Millisecond, time.Second, 3500 * time.Millisecond} {
+		sink.record("e1", "r"+string(rune('a'+i)), base.Add(at))
+	}
+	sink.record("e2", "r0", base)
+	want := map[int64]int{base.Unix(): 3, base.Unix() + 1: 1, base.Unix() + 3: 1}
+	check := func(how string, got map[int64]int) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %v, want %v", how, got, want)
+		}
+		for sec, n := range want {
+			if got[sec] != n {
+				t.Fatalf("%s: %v, want %v", how, got, want)
+			}
+		}
+	}
+	check("in process", sink.PerSecond("e1"))
+	srv := httptest.NewServer(Mux(&Source{}, sink))
+	defer srv.Close()
+	got, err := NewSinkClient(srv.URL).PerSecond(context.Background(), "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("over HTTP", got)
+	if n := len(sink.PerSecond("none")); n != 0 {
+		t.Fatalf("an unknown event has %d seconds", n)
+	}
+}
