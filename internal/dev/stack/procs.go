@@ -124,7 +124,10 @@ type Proc struct {
 func startProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Its own process group, killed with this process: by the kernel on
+	// Linux (Pdeathsig), by a watchdog in the group elsewhere
+	// (procs_linux.go, procs_other.go).
+	cmd.SysProcAttr = procAttr()
 	if logPath != "" {
 		f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -137,8 +140,10 @@ func startProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
+	unwatch := watchParent(cmd.Process.Pid)
 	go func() {
 		_ = cmd.Wait()
+		unwatch()
 		close(p.done)
 	}()
 	return p, nil
