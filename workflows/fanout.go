@@ -602,8 +602,11 @@ func (r *fanoutRun) waitWhilePaused() {
 	}
 }
 
-// pace delays the next batch of k recipients so that batch starts respect
-// the rate cap (batch granularity: a batch itself delivers at full speed).
+// pace is the rate cap of histories from before the lanes (see
+// rateLanesVersion): it delays the next batch of k recipients by k/rate
+// after the last start (batch granularity: a batch itself delivers at full
+// speed, so the cap held only on average, and poorly). Kept so those
+// histories replay.
 func (r *fanoutRun) pace(k int) {
 	for r.prog.Rate > 0 && r.ctx.Err() == nil && !r.lastStart.IsZero() {
 		next := r.lastStart.Add(time.Duration(float64(k) / r.prog.Rate * float64(time.Second)))
