@@ -18,19 +18,23 @@ import (
 // OpenTelemetry meter provider (telemetry.Setup installs it; without it they
 // are no-ops). Their Prometheus names are in the README ("Observability").
 //
-//	fanout.deliveries          counter   recipients by outcome: delivered, duplicate, failed (final
-//	                                     outcomes of each batch, every recipient once) and retried
-//	                                     (a transient failure that the batch retries)
+//	fanout.deliveries          counter   recipients by final outcome: delivered, duplicate, failed
+//	                                     (counted when their batch completes, every recipient once)
+//	fanout.delivery.retries    counter   recipients a batch attempt left to its retry after a transient
+//	                                     failure (one recipient may count several times; not an outcome)
 //	fanout.duplicates.skipped  counter   recipients the gate skipped: another batch of the event delivered them
 //	fanout.dead_letters        counter   recipients written to the deliveries DLQ
 //	fanout.delivery.duration   histogram seconds per deliver_to_recipient call, by result (ok, error, permanent_error)
 //	fanout.batch.duration      histogram seconds per DeliverBatch attempt, by result (completed, retry, error)
 //
-// All carry event_type; the batch ones also priority.
+// All carry event_type; the batch ones also priority. Retries are a counter
+// of their own so that a ratio over fanout_deliveries_total is a ratio over
+// final outcomes (failed / (delivered + duplicate + failed)).
 const meterName = "github.com/fanout/fanout/activities"
 
 type instruments struct {
 	deliveries  metric.Int64Counter
+	retries     metric.Int64Counter
 	duplicates  metric.Int64Counter
 	deadLetters metric.Int64Counter
 	deliverDur  metric.Float64Histogram
@@ -50,7 +54,9 @@ func meters() *instruments {
 	instOnce.Do(func() {
 		m := otel.GetMeterProvider().Meter(meterName)
 		inst.deliveries, _ = m.Int64Counter("fanout.deliveries", metric.WithUnit("{recipient}"),
-			metric.WithDescription("Recipients by delivery outcome: delivered, duplicate, failed (final, once per recipient), retried (a transient failure the batch retries)"))
+			metric.WithDescription("Recipients by final delivery outcome: delivered, duplicate, failed (once per recipient, when its batch completes)"))
+		inst.retries, _ = m.Int64Counter("fanout.delivery.retries", metric.WithUnit("{recipient}"),
+			metric.WithDescription("Recipients a DeliverBatch attempt left to its retry after a transient failure (5xx, 429, timeout)"))
 		inst.duplicates, _ = m.Int64Counter("fanout.duplicates.skipped", metric.WithUnit("{recipient}"),
 			metric.WithDescription("Recipients skipped by the attempt-id gate because another batch of the event delivered them"))
 		inst.deadLetters, _ = m.Int64Counter("fanout.dead_letters", metric.WithUnit("{recipient}"),
@@ -98,9 +104,11 @@ func observeDeliver(ctx context.Context, h fanout.Handler, in DeliverBatchInput,
 	return err
 }
 
-// observeRetried counts the recipients a batch attempt leaves to its retry.
+// observeRetried counts the recipients a batch attempt leaves to its retry
+// (fanout_delivery_retries_total, not an outcome: their final outcome is
+// counted when a later attempt completes the batch).
 func observeRetried(ctx context.Context, in DeliverBatchInput, n int) {
-	meters().deliveries.Add(ctx, int64(n), attrs(in.Event.Type, in.Priority, "outcome", "retried"))
+	meters().retries.Add(ctx, int64(n), attrs(in.Event.Type, in.Priority, "", ""))
 }
 
 // observeBatch records a finished DeliverBatch attempt: its duration and,
