@@ -214,7 +214,7 @@ func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in Deliver
 			// Staged before encryption was turned on or off, or sealed
 			// with a key this worker lacks, or changed: fetched again.
 			if a.Logger != nil {
-				a.Logger.Warn("staged batch unreadable; fetching it again from get_recipients", "event", in.Event.ID, "batch", ref.N, "err", err)
+				a.Logger.WarnContext(ctx, "staged batch unreadable; fetching it again from get_recipients", "event", in.Event.ID, "batch", ref.N, "err", err)
 			}
 		} else if err != nil {
 			return nil, err
@@ -362,7 +362,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
 	}
 	if len(giveUp) > 0 && a.Logger != nil {
-		a.Logger.Warn("batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
+		a.Logger.WarnContext(ctx, "batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
 	}
 	a.dropStaged(ctx, in.Ref)
 	return res, nil

@@ -4,12 +4,27 @@
 // Prometheus /metrics endpoint, and the Temporal SDK's tracing interceptor and
 // metrics handler that carry both through Temporal.
 //
-// Traces are exported with OTLP over HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (the exporter reads the other
-// standard OTEL_EXPORTER_OTLP_* variables itself; OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES name the resource; OTEL_TRACES_SAMPLER samples).
-// Without an exporter no spans are recorded, but trace context is still passed
-// through unchanged: a record's traceparent reaches the delivery requests.
+// Exporters are made by go.opentelemetry.io/contrib/exporters/autoexport
+// from the standard variables: OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER
+// (otlp, console, none), OTLP over gRPC or HTTP as
+// OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]PROTOCOL says (grpc, http/protobuf;
+// default http/protobuf), and the other OTEL_EXPORTER_OTLP_* variables
+// (endpoint, headers, TLS, compression, timeout), which the exporters read
+// themselves. OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the
+// resource; OTEL_TRACES_SAMPLER samples.
+//
+// Traces: with OTEL_TRACES_EXPORTER unset, spans are exported with OTLP when
+// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set,
+// and not at all otherwise. Without an exporter no spans are recorded, but
+// trace context is still passed through unchanged: a record's traceparent
+// reaches the delivery requests.
+//
+// Metrics: served for Prometheus at FANOUT_METRICS_ADDR (WithMetricsAddr);
+// OTEL_METRICS_EXPORTER=otlp (or console) pushes them as well, every
+// OTEL_METRIC_EXPORT_INTERVAL. Unset, nothing is pushed.
+//
+// Logs: LogHandler adds trace_id and span_id to the records logged in a
+// span's context (and names the Temporal SDK's TraceID/SpanID fields so).
 package telemetry
 
 import (
@@ -26,9 +41,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -69,6 +84,7 @@ type Telemetry struct {
 	MetricsHandler client.MetricsHandler
 
 	exporting   bool
+	pushing     bool
 	registry    *prometheus.Registry
 	server      *http.Server
 	metricsAddr string
@@ -145,7 +161,7 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	}
 
 	// Traces.
-	exporter, err := traceExporter(ctx, log)
+	exporter, err := spanExporter(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +196,16 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	}
 
 	// Metrics.
+	push, err := metricReader(ctx)
+	if err != nil {
+		_ = t.Shutdown(ctx)
+		return nil, err
+	}
+	if push != nil {
+		o.readers = append(o.readers, push)
+		o.metricsOn = true
+		t.pushing = true
+	}
 	if o.metricsOn {
 		mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 		if o.metricsAddr != "" {
@@ -213,40 +239,72 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 			return nil, err
 		}
 	}
-	log.Debug("telemetry", "service", serviceName, "exporting_traces", t.exporting, "metrics_addr", t.metricsAddr)
+	log.Debug("telemetry", "service", serviceName, "exporting_traces", t.exporting, "pushing_metrics", t.pushing, "metrics_addr", t.metricsAddr)
 	return t, nil
 }
 
-// traceExporter returns the OTLP/HTTP exporter configured by the standard
-// variables, or nil when no endpoint is set (or OTEL_TRACES_EXPORTER=none,
-// or OTEL_SDK_DISABLED=true).
-func traceExporter(ctx context.Context, log *slog.Logger) (sdktrace.SpanExporter, error) {
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+// sdkDisabled reports OTEL_SDK_DISABLED=true: nothing is exported.
+func sdkDisabled() bool { return strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") }
+
+// spanExporter returns the exporter autoexport makes from OTEL_TRACES_EXPORTER
+// and the OTLP variables (grpc or http/protobuf), or nil when nothing is to
+// be exported: OTEL_TRACES_EXPORTER=none, OTEL_SDK_DISABLED=true, or
+// OTEL_TRACES_EXPORTER unset and no OTLP endpoint set (autoexport would
+// otherwise send to localhost:4318 on every process without a collector).
+func spanExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	if sdkDisabled() {
 		return nil, nil
 	}
-	switch e := strings.ToLower(os.Getenv("OTEL_TRACES_EXPORTER")); e {
-	case "", "otlp":
-	case "none":
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER: %q is not supported (otlp or none)", e)
-	}
-	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+	name := os.Getenv("OTEL_TRACES_EXPORTER")
+	if name == "" && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 		return nil, nil
 	}
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
-		if p := os.Getenv(k); p != "" {
-			if p != "http/protobuf" {
-				log.Warn("only OTLP over HTTP (http/protobuf) is supported; exporting with it", "var", k, "value", p)
-			}
-			break
-		}
-	}
-	exp, err := otlptracehttp.New(ctx)
+	exp, err := autoexport.NewSpanExporter(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("OTLP trace exporter (OTEL_EXPORTER_OTLP_*): %w", err)
+		return nil, fmt.Errorf("span exporter (OTEL_TRACES_EXPORTER=%q, OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL=%q): %w",
+			name, otlpProtocol("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), err)
+	}
+	if autoexport.IsNoneSpanExporter(exp) {
+		return nil, nil
 	}
 	return exp, nil
+}
+
+// metricReader returns the periodic reader autoexport makes from
+// OTEL_METRICS_EXPORTER (otlp over grpc or http/protobuf, console), or nil
+// when it is unset or none: fanout's metrics are then only served for
+// Prometheus at FANOUT_METRICS_ADDR. OTEL_METRICS_EXPORTER=prometheus is
+// refused: autoexport would serve a second /metrics on :9464, the port
+// FANOUT_METRICS_ADDR documents.
+func metricReader(ctx context.Context) (sdkmetric.Reader, error) {
+	name := os.Getenv("OTEL_METRICS_EXPORTER")
+	switch name {
+	case "", "none":
+		return nil, nil
+	case "prometheus":
+		return nil, errors.New("OTEL_METRICS_EXPORTER=prometheus: fanout serves Prometheus metrics itself at FANOUT_METRICS_ADDR; unset OTEL_METRICS_EXPORTER (or set otlp to push them too)")
+	}
+	if sdkDisabled() {
+		return nil, nil
+	}
+	r, err := autoexport.NewMetricReader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("metric exporter (OTEL_METRICS_EXPORTER=%q, OTEL_EXPORTER_OTLP_[METRICS_]PROTOCOL=%q): %w",
+			name, otlpProtocol("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"), err)
+	}
+	if autoexport.IsNoneMetricReader(r) {
+		return nil, nil
+	}
+	return r, nil
+}
+
+// otlpProtocol is the OTLP protocol a signal's exporter uses: its own
+// variable, else OTEL_EXPORTER_OTLP_PROTOCOL ("" means http/protobuf).
+func otlpProtocol(signalVar string) string {
+	if p := os.Getenv(signalVar); p != "" {
+		return p
+	}
+	return os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 }
 
 func (t *Telemetry) serve(addr string, log *slog.Logger) error {
@@ -281,6 +339,9 @@ func (t *Telemetry) MetricsAddr() string { return t.metricsAddr }
 
 // Exporting reports whether spans are exported.
 func (t *Telemetry) Exporting() bool { return t.exporting }
+
+// PushingMetrics reports whether metrics are pushed (OTEL_METRICS_EXPORTER).
+func (t *Telemetry) PushingMetrics() bool { return t.pushing }
 
 // ClientOptions adds the tracing interceptor and the metrics handler to
 // Temporal client options (pass it to config.DialTemporal).

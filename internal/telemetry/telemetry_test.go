@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,8 @@ import (
 func clearOTelEnv(t *testing.T) {
 	t.Helper()
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER",
-		"OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"} {
+		"OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+		"OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_INSECURE"} {
 		t.Setenv(k, "")
 	}
 }
@@ -67,8 +69,9 @@ func TestSetupWithoutExporterPassesTraceContextThrough(t *testing.T) {
 	}
 }
 
-// OTEL_EXPORTER_OTLP_ENDPOINT turns on the OTLP/HTTP exporter; the resource
-// takes OTEL_SERVICE_NAME.
+// OTEL_EXPORTER_OTLP_ENDPOINT turns on the OTLP/HTTP exporter (the
+// default protocol) for spans, OTEL_METRICS_EXPORTER=otlp for metrics; the
+// resource takes OTEL_SERVICE_NAME.
 func TestSetupExportsOTLPOverHTTP(t *testing.T) {
 	clearOTelEnv(t)
 	var mu sync.Mutex
@@ -94,17 +97,20 @@ func TestSetupExportsOTLPOverHTTP(t *testing.T) {
 	defer srv.Close()
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "svc-from-env")
+	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
 
 	ctx := context.Background()
 	tel, err := Setup(ctx, "default-name")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !tel.Exporting() {
-		t.Fatal("not exporting with OTEL_EXPORTER_OTLP_ENDPOINT set")
+	if !tel.Exporting() || !tel.PushingMetrics() {
+		t.Fatalf("exporting spans %v, pushing metrics %v with OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_METRICS_EXPORTER=otlp set", tel.Exporting(), tel.PushingMetrics())
 	}
 	_, span := tel.TracerProvider.Tracer("t").Start(ctx, "exported-span")
 	span.End()
+	c, _ := tel.MeterProvider.Meter("t").Int64Counter("fanout.test.pushed_http")
+	c.Add(ctx, 1)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := tel.Shutdown(sctx); err != nil {
@@ -112,10 +118,10 @@ func TestSetupExportsOTLPOverHTTP(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(paths) == 0 || paths[0] != "/v1/traces" {
-		t.Fatalf("exporter requests: %v, want /v1/traces", paths)
+	if !slices.Contains(paths, "/v1/traces") || !slices.Contains(paths, "/v1/metrics") {
+		t.Fatalf("exporter requests: %v, want /v1/traces and /v1/metrics", paths)
 	}
-	for _, s := range []string{"exported-span", "svc-from-env"} {
+	for _, s := range []string{"exported-span", "svc-from-env", "fanout.test.pushed_http"} {
 		if !bytes.Contains(bodies.Bytes(), []byte(s)) {
 			t.Errorf("export has no %q", s)
 		}

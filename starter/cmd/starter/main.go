@@ -75,7 +75,7 @@ func runBridge(ctx context.Context) error {
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}
-	log := config.Logger(cfg.LogLevel)
+	log := telemetry.Logger(config.Logger(cfg.LogLevel)) // trace_id, span_id in a span
 	tel, err := telemetry.Setup(ctx, "fanout-bridge", telemetry.WithMetricsAddr(cfg.MetricsAddr), telemetry.WithLogger(log))
 	if err != nil {
 		return err
@@ -206,7 +206,7 @@ func runRedrive(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log := config.Logger(cfg.LogLevel)
+	log := telemetry.Logger(config.Logger(cfg.LogLevel)) // trace_id, span_id in a span
 	// The keys open sealed dead letters (and DialTemporal encrypts the
 	// redrive batches' input with them).
 	keys, err := config.LoadKeyring()

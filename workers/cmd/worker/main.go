@@ -48,7 +48,7 @@ func run() error {
 			return err
 		}
 	}
-	log := config.Logger(cfg.LogLevel)
+	log := telemetry.Logger(config.Logger(cfg.LogLevel)) // trace_id, span_id in a span
 	if os.Getenv("GOGC") == "" {
 		// Deliveries allocate per request over a small live heap: at the
 		// default GOGC=100 the collector took ~14% of a delivery worker's
