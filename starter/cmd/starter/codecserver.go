@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/converter"
 
+	"github.com/fanout/fanout/internal/cli"
 	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/internal/config"
 )
@@ -19,15 +20,19 @@ import (
 // FANOUT_CODEC_TOKEN / FANOUT_CODEC_TOKEN_FILE, the UI's origins from
 // FANOUT_CODEC_CORS_ORIGINS.
 func runCodecServer(ctx context.Context, args []string) error {
-	var cfg codecserver.Config
-	if err := config.Load(&cfg); err != nil {
-		return err
-	}
 	fs := flag.NewFlagSet("codec-server", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8234", "listen address (host:port); in production put TLS in front (the UI passes its access token to https endpoints only)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve without a bearer token: loopback addresses only (the dev server's UI has no login, so no token to pass)")
 	maxBody := fs.Int64("max-body-bytes", codecserver.DefaultMaxBodyBytes, "largest request body; larger ones get 413")
-	if err := fs.Parse(args); err != nil {
+	h := cli.Help{Name: "starter codec-server", Args: "[flags]", Summary: `starter codec-server serves the payload codec (POST /encode, /decode) to the Temporal UI
+and the temporal CLI, so operators see encrypted payloads in clear. It holds the keys: run it
+for operators only, behind TLS, with a bearer token (FANOUT_CODEC_TOKEN(_FILE)).`,
+		Env: []cli.EnvGroup{{Vars: config.EnvVars(codecserver.Config{}, config.Codec{})}}}
+	if err := cli.Parse(fs, args, h, false); err != nil {
+		return err
+	}
+	var cfg codecserver.Config
+	if err := config.Load(&cfg); err != nil {
 		return err
 	}
 	log := config.Logger(cfg.LogLevel)

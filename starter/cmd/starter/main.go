@@ -13,12 +13,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,51 +31,125 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"go.temporal.io/sdk/client"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/cli"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/starter"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
+	args := os.Args[1:]
+	if len(args) == 0 {
+		usage(os.Stderr)
 		os.Exit(2)
+	}
+	switch sub := args[0]; {
+	case cli.IsHelpFlag(sub), sub == "help" && len(args) == 1:
+		usage(os.Stdout)
+		os.Exit(0)
+	case sub == "help":
+		// starter help <command>: that command's -h.
+		args = []string{args[1], "-h"}
+	case cli.IsVersionFlag(sub):
+		args = []string{"version"}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Each run* parses its flags (cli.Parse) before it reads the
+	// environment or connects anywhere: -h prints the help and exits 0.
 	var err error
-	switch os.Args[1] {
+	switch args[0] {
 	case "bridge":
-		err = runBridge(ctx)
+		err = runBridge(ctx, args[1:])
 	case "publish":
 		err = runPublish(ctx, os.Args[2:])
 	case "redrive":
-		err = runRedrive(ctx, os.Args[2:])
+		err = runRedrive(ctx, args[1:])
 	case "redrive-events":
-		err = runRedriveEvents(ctx, os.Args[2:])
+		err = runRedriveEvents(ctx, args[1:])
 	case "replay":
-		err = runReplay(ctx, os.Args[2:])
+		err = runReplay(ctx, args[1:])
 	case "setup":
-		err = runSetup(ctx, os.Args[2:])
+		err = runSetup(ctx, args[1:])
 	case "codec-server":
-		err = runCodecServer(ctx, os.Args[2:])
+		err = runCodecServer(ctx, args[1:])
+	case "version":
+		err = runVersion(args[1:])
 	default:
-		usage()
-		os.Exit(2)
+		stop()
+		cli.Exit("starter", cli.Usagef("unknown command %q (commands: %s)", args[0], strings.Join(commandNames(), ", ")))
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starter:", err)
-		os.Exit(1)
+	stop()
+	cli.Exit("starter "+args[0], err)
+}
+
+// commands are starter's subcommands as the top-level help lists them.
+var commands = []struct{ name, summary string }{
+	{"bridge", "consume the events topic and start one Fanout workflow per event"},
+	{"publish", "publish events to the events topic (for demos and tests)"},
+	{"redrive", "re-deliver dead letters of the deliveries DLQ through the same gate (-dry-run lists them)"},
+	{"redrive-events", "re-publish records of the events DLQ after a fix (-dry-run lists them)"},
+	{"replay", "replay workflow histories (files or a live query) against this code"},
+	{"setup", "register fanout's search attributes on a namespace (idempotent)"},
+	{"codec-server", "serve the payload codec to the Temporal UI and CLI (token, CORS)"},
+	{"version", "print the version (module, VCS revision, dirty flag, Go)"},
+}
+
+func commandNames() []string {
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	return names
+}
+
+// usage is `starter -h`: the commands; each one's -h has its flags and
+// environment variables.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `starter is fanout's front door: the Kafka bridge that starts one Fanout workflow per
+event, and the operator's commands around it.
+
+Usage:
+  starter <command> [flags]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run 'starter <command> -h' (or 'starter help <command>') for a command's flags and the
+environment variables it reads. Configuration comes from FANOUT_* and TEMPORAL_* variables
+(README.md, Configuration).
+`)
+}
+
+func runVersion(args []string) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := cli.Parse(fs, args, cli.Help{Name: "starter version", Summary: "starter version prints the module version, the VCS revision and whether the tree was dirty, and the Go version."}, false); err != nil {
+		return err
+	}
+	fmt.Println(cli.Version("starter"))
+	return nil
+}
+
+func bridgeHelp() cli.Help {
+	return cli.Help{Name: "starter bridge", Summary: `starter bridge consumes the events topic (FANOUT_EVENTS_TOPIC) in a consumer group and
+starts one Fanout workflow per event on the events task queue; bad records go to the events
+DLQ with their reason. It runs until SIGINT or SIGTERM. (A worker with FANOUT_BRIDGE=true
+runs the same bridge in-process.)`,
+		Env:   []cli.EnvGroup{{Vars: config.EnvVars(config.Bridge{})}, cli.TemporalGroup()},
+		Notes: []string{cli.OTelNote},
 	}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: starter bridge | publish [flags] | redrive [flags] | redrive-events [flags] | replay [flags] | setup [flags] | codec-server [flags]")
-}
-
-func runBridge(ctx context.Context) error {
+func runBridge(ctx context.Context, args []string) error {
+	if err := cli.Parse(flag.NewFlagSet("bridge", flag.ContinueOnError), args, bridgeHelp(), false); err != nil {
+		return err
+	}
 	var cfg config.Bridge
 	if err := config.Load(&cfg); err != nil {
 		return err
@@ -100,14 +179,6 @@ func runBridge(ctx context.Context) error {
 }
 
 func runPublish(ctx context.Context, args []string) error {
-	var cfg config.Kafka
-	if err := config.Load(&cfg); err != nil {
-		return err
-	}
-	kc, err := cfg.KafkaConn()
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
 	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
 	id := fs.String("id", "", "event id (required; with -count N, ids are <id>-<i>)")
 	typ := fs.String("type", "webhook", "event type")
@@ -116,14 +187,29 @@ func runPublish(ctx context.Context, args []string) error {
 	count := fs.Int("count", 1, "number of events to publish")
 	traceparent := fs.String("traceparent", "", "W3C traceparent of the events' parent span (default: each event starts a trace)")
 	tracestate := fs.String("tracestate", "", "W3C tracestate to go with -traceparent")
-	if err := fs.Parse(args); err != nil {
+	h := cli.Help{Name: "starter publish", Args: "-id ID [flags]", Summary: `starter publish writes events ({"id","type","priority","payload"} envelopes) to the events
+topic, for demos and tests; producers write the same records with any Kafka client.`,
+		Env:   []cli.EnvGroup{{Vars: config.EnvVars(config.Kafka{})}},
+		Notes: []string{cli.OTelNote}}
+	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
 	}
 	if *id == "" {
-		return fmt.Errorf("publish: -id is required")
+		return cli.Usagef("-id is required")
 	}
 	if !json.Valid([]byte(*payload)) {
-		return fmt.Errorf("publish: -payload is not valid JSON")
+		return cli.Usagef("-payload is not valid JSON")
+	}
+	if *count < 1 {
+		return cli.Usagef("-count %d: want 1 or more", *count)
+	}
+	var cfg config.Kafka
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	kc, err := cfg.KafkaConn()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	// Each event's record carries a W3C trace context: a "publish" span of
 	// its own (a child of -traceparent when given), exported when OTEL_* say
@@ -139,7 +225,7 @@ func runPublish(ctx context.Context, args []string) error {
 	if *traceparent != "" {
 		var ok bool
 		if parent, ok = telemetry.ContextWithTraceparent(ctx, *traceparent, *tracestate); !ok {
-			return fmt.Errorf("publish: -traceparent %q is not a valid W3C traceparent", *traceparent)
+			return cli.Usagef("-traceparent %q is not a valid W3C traceparent", *traceparent)
 		}
 		if !tel.Exporting() {
 			tracer = tracenoop.NewTracerProvider().Tracer("")
@@ -187,14 +273,6 @@ func shutdown(tel *telemetry.Telemetry) {
 }
 
 func runRedrive(ctx context.Context, args []string) error {
-	var cfg config.Worker
-	if err := config.Load(&cfg); err != nil {
-		return err
-	}
-	kc, err := cfg.KafkaConn()
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
 	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
 	var f starter.RedriveFilter
 	fs.StringVar(&f.EventID, "event-id", "", "only dead letters of this event id")
@@ -203,8 +281,27 @@ func runRedrive(ctx context.Context, args []string) error {
 	rps := fs.Float64("rate", 100, "re-deliveries per second, at most")
 	round := fs.String("round", "", "name of this redrive (default: a timestamp); rerunning a round is idempotent")
 	wait := fs.Bool("wait", true, "wait for the redrive batches and print their outcome")
-	if err := fs.Parse(args); err != nil {
+	dryRun := fs.Bool("dry-run", false, "read the DLQ and list what would be redriven (dead letters per event and last error, batches); start nothing, no Temporal connection")
+	every := fs.Duration("progress", 5*time.Second, "print progress counts this often while reading, starting and waiting (0: never)")
+	h := cli.Help{Name: "starter redrive", Args: "[flags]", Summary: `starter redrive re-delivers dead letters of the deliveries DLQ (FANOUT_DELIVERIES_DLQ_TOPIC):
+the matching letters are grouped by event and batch attempt and delivered again by DeliveryBatch
+workflows that present the original attempt id, so they pass the same gate (a recipient
+delivered meanwhile is skipped). Rerunning a -round is idempotent. -dry-run lists what would
+be redriven and starts nothing.`,
+		Env: []cli.EnvGroup{{Vars: config.EnvVars(config.Worker{})}, cli.TemporalGroup()}}
+	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
+	}
+	if *rps <= 0 {
+		return cli.Usagef("-rate %v: want more than 0", *rps)
+	}
+	var cfg config.Worker
+	if err := config.Load(&cfg); err != nil {
+		return err
+	}
+	kc, err := cfg.KafkaConn()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	log := telemetry.Logger(config.Logger(cfg.LogLevel)) // trace_id, span_id in a span
 	// The keys open sealed dead letters (and DialTemporal encrypts the
@@ -213,15 +310,25 @@ func runRedrive(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tc, err := config.DialTemporal(ctx, log)
-	if err != nil {
+	var tc client.Client
+	if !*dryRun {
+		if tc, err = config.DialTemporal(ctx, log); err != nil {
+			return err
+		}
+		defer tc.Close()
+	}
+	opts := starter.RedriveOptions{
+		Kafka: kc, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
+		Keys: config.Sealer(keys), DryRun: *dryRun, ProgressEvery: *every,
+	}
+	if *every > 0 {
+		opts.Progress = func(p starter.RedriveProgress) { printRedriveProgress(os.Stdout, p) }
+	}
+	res, err := starter.RedriveDeliveries(ctx, tc, opts)
+	if *dryRun {
+		printRedrivePlan(os.Stdout, res, cfg.DeliveriesDLQ)
 		return err
 	}
-	defer tc.Close()
-	res, err := starter.RedriveDeliveries(ctx, tc, starter.RedriveOptions{
-		Kafka: kc, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
-		Keys: config.Sealer(keys),
-	})
 	fmt.Printf("redrive: matched %d dead letters in %d batches; delivered %d, already delivered %d, failed again %d\n",
 		res.Matched, res.Batches, res.Delivered, res.Skipped, res.Failed)
 	if res.Invalid > 0 {
@@ -234,6 +341,22 @@ func runRedrive(ctx context.Context, args []string) error {
 }
 
 func runRedriveEvents(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("redrive-events", flag.ContinueOnError)
+	reason := fs.String("reason", "", "only records dead-lettered for this reason (e.g. unknown_type)")
+	rps := fs.Float64("rate", 100, "records per second, at most")
+	dryRun := fs.Bool("dry-run", false, "read the DLQ and count what would be re-published per reason; publish nothing")
+	every := fs.Duration("progress", 5*time.Second, "print progress counts this often (0: never)")
+	h := cli.Help{Name: "starter redrive-events", Args: "[flags]", Summary: `starter redrive-events re-publishes records of the events DLQ (FANOUT_EVENTS_DLQ_TOPIC) to
+the events topic after a fix (a type deployed, a producer corrected), with their key and
+headers; a record the DLQ holds cut is read back whole from the events topic. -dry-run
+counts them per reason and publishes nothing.`,
+		Env: []cli.EnvGroup{{Vars: config.EnvVars(config.Kafka{})}}}
+	if err := cli.Parse(fs, args, h, false); err != nil {
+		return err
+	}
+	if *rps <= 0 {
+		return cli.Usagef("-rate %v: want more than 0", *rps)
+	}
 	var cfg config.Kafka
 	if err := config.Load(&cfg); err != nil {
 		return err
@@ -242,18 +365,69 @@ func runRedriveEvents(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	fs := flag.NewFlagSet("redrive-events", flag.ContinueOnError)
-	reason := fs.String("reason", "", "only records dead-lettered for this reason (e.g. unknown_type)")
-	rps := fs.Float64("rate", 100, "records per second, at most")
-	if err := fs.Parse(args); err != nil {
+	opts := starter.RedriveEventsOptions{
+		Kafka: kc, DLQTopic: cfg.EventsDLQ, EventsTopic: cfg.EventsTopic, Reason: *reason, Rate: *rps,
+		DryRun: *dryRun, ProgressEvery: *every,
+	}
+	if *every > 0 {
+		opts.Progress = func(p starter.RedriveEventsProgress) {
+			if !p.Done {
+				fmt.Printf("redrive-events: read %d records, matched %d, re-published %d\n", p.Read, sum(p.ByReason), p.Republished)
+			}
+		}
+	}
+	res, err := starter.RedriveEvents(ctx, opts)
+	if *dryRun {
+		fmt.Printf("redrive-events: dry run: would re-publish %d records of %s to %s (%d cut, read back from the events topic); nothing published\n",
+			sum(res.ByReason), cfg.EventsDLQ, cfg.EventsTopic, res.Cut)
+		for _, r := range slices.Sorted(maps.Keys(res.ByReason)) {
+			fmt.Printf("  %-20s %d\n", cmp.Or(r, "(no reason)"), res.ByReason[r])
+		}
 		return err
 	}
-	res, err := starter.RedriveEvents(ctx, starter.RedriveEventsOptions{
-		Kafka: kc, DLQTopic: cfg.EventsDLQ, EventsTopic: cfg.EventsTopic, Reason: *reason, Rate: *rps,
-	})
 	fmt.Printf("redrive-events: re-published %d records to %s (%d cut dead letters from their source topic)\n", res.Republished, cfg.EventsTopic, res.FromSource)
 	if res.Lost > 0 {
 		fmt.Printf("redrive-events: %d cut dead letters whose original is gone from its source topic are left in the DLQ\n", res.Lost)
 	}
 	return err
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// printRedriveProgress prints one progress line of a redrive.
+func printRedriveProgress(w io.Writer, p starter.RedriveProgress) {
+	switch p.Phase {
+	case "read":
+		fmt.Fprintf(w, "redrive: reading the DLQ: %d records, %d dead letters matched\n", p.Read, p.Matched)
+	case "start":
+		fmt.Fprintf(w, "redrive: %d dead letters matched; starting batches: %d/%d\n", p.Matched, p.Batches, p.Planned)
+	case "wait":
+		fmt.Fprintf(w, "redrive: batches finished %d/%d: delivered %d, already delivered %d, failed again %d\n",
+			p.Finished, p.Batches, p.Delivered, p.Skipped, p.Failed)
+	}
+}
+
+// printRedrivePlan prints what a -dry-run redrive found.
+func printRedrivePlan(w io.Writer, res starter.RedriveResult, topic string) {
+	fmt.Fprintf(w, "redrive: dry run: %d dead letters of %s match, in %d events; a redrive would start %d batches; nothing started\n",
+		res.Matched, topic, len(res.Plan), res.Batches)
+	for _, pl := range res.Plan {
+		fmt.Fprintf(w, "  event %s/%s (priority %s): %d dead letters, %d batches", pl.EventType, pl.EventID, cmp.Or(string(pl.Priority), "normal"), pl.DeadLetters, pl.Batches)
+		if pl.Unredrivable > 0 {
+			fmt.Fprintf(w, ", %d without their message (left in the DLQ)", pl.Unredrivable)
+		}
+		fmt.Fprintln(w)
+		for _, e := range slices.Sorted(maps.Keys(pl.Errors)) {
+			fmt.Fprintf(w, "    %6d  %s\n", pl.Errors[e], cmp.Or(e, "(no error recorded)"))
+		}
+	}
+	if res.Invalid > 0 {
+		fmt.Fprintf(w, "redrive: %d records of the topic are not valid dead letters (see the log)\n", res.Invalid)
+	}
 }

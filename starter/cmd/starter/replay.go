@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/fanout/fanout/internal/cli"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/workflows/replay"
 )
@@ -37,11 +37,13 @@ func runReplay(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", 1000, "with -query: replay at most this many executions (0: all)")
 	wfID := fs.String("workflow-id", "", "workflow id of the single -file (needed when its children's ids and input do not tell it); without -file: fetch this execution from the cluster")
 	runID := fs.String("run-id", "", "run id of the single -file, or of the execution to fetch (default: its latest run)")
-	if err := fs.Parse(args); err != nil {
+	h := cli.Help{Name: "starter replay", Args: "-file F | -dir D | -query Q | -workflow-id ID [flags]", Summary: `starter replay replays workflow histories against the workflow code built into this binary and
+prints, per history, OK or the non-determinism; it exits 1 when any fails (replay them before a
+rollout). Histories come from files exported with 'temporal workflow show --output json', or
+from the cluster (-query, -workflow-id: TEMPORAL_*). Encrypted histories replay with the codec keys.`,
+		Env: []cli.EnvGroup{cli.TemporalGroup()}}
+	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("replay: unexpected arguments %q", fs.Args())
 	}
 	var paths []string
 	for _, f := range files {
@@ -50,19 +52,19 @@ func runReplay(ctx context.Context, args []string) error {
 			return fmt.Errorf("replay: -file %q: %w", f, err)
 		}
 		if len(m) == 0 {
-			return fmt.Errorf("replay: -file %q: no such file", f)
+			return cli.Usagef("-file %q: no such file", f)
 		}
 		paths = append(paths, m...)
 	}
 	fromCluster := *query != "" || (*wfID != "" && len(paths) == 0)
 	if len(paths) == 0 && len(dirs) == 0 && !fromCluster {
-		return errors.New("replay: give -file, -dir, -query or -workflow-id")
+		return cli.Usagef("give -file, -dir, -query or -workflow-id")
 	}
 	if (*wfID != "" || *runID != "") && len(paths) > 1 {
-		return errors.New("replay: -workflow-id/-run-id go with a single -file")
+		return cli.Usagef("-workflow-id/-run-id go with a single -file")
 	}
 	if *runID != "" && *wfID == "" && len(paths) == 0 {
-		return errors.New("replay: -run-id needs -workflow-id")
+		return cli.Usagef("-run-id needs -workflow-id")
 	}
 
 	// Histories of workers that encrypt (FANOUT_CODEC_KEYS) replay with

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 
+	"github.com/fanout/fanout/internal/cli"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/workflows/vocab"
 )
@@ -19,11 +20,13 @@ import (
 func runSetup(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
 	ns := fs.String("namespace", "", "namespace to set up (default: TEMPORAL_NAMESPACE, or \"default\")")
-	if err := fs.Parse(args); err != nil {
+	h := cli.Help{Name: "starter setup", Args: "[-namespace NS]", Summary: `starter setup registers fanout's search attributes (FanoutEventType, FanoutPriority,
+FanoutStatus, FanoutFound, FanoutDelivered, FanoutFailed) on the namespace through the
+operator service. It is idempotent: attributes already registered with the right type are
+kept; one registered with another type is an error.`,
+		Env: []cli.EnvGroup{cli.TemporalGroup()}}
+	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("setup: unexpected arguments %q", fs.Args())
 	}
 	if *ns == "" {
 		opts, err := envconfig.LoadDefaultClientOptions()

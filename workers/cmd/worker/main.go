@@ -7,12 +7,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/internal/cli"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/starter"
@@ -31,10 +34,52 @@ import (
 const defaultGCPercent = 400
 
 func main() {
+	if err := parseArgs(os.Args[1:]); err != nil {
+		cli.Exit("worker", err)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
+}
+
+// help is `worker -h`: its variables come from the configuration structs.
+func help() cli.Help {
+	worker := append(config.EnvVars(config.Worker{}), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(defaultGCPercent)},
+		config.EnvVar{Name: "GOMEMLIMIT", Kind: "string"})
+	return cli.Help{
+		Name: "worker", Args: "[-version]",
+		Summary: `worker runs fanout's Temporal workers: it serves the task queues named in FANOUT_QUEUES
+(events: the Fanout workflows; high, normal, low: the delivery batches) with the built-in
+"webhook" event type (recipients from FANOUT_RECIPIENTS_URL, delivery by HTTP POST).
+With FANOUT_BRIDGE=true it also runs the Kafka bridge, starting events eagerly on its
+own events worker. It takes its configuration from the environment only and runs until
+SIGINT or SIGTERM.`,
+		Env: []cli.EnvGroup{
+			{Vars: worker},
+			{Title: "the bridge, with FANOUT_BRIDGE=true", Vars: cli.Except(config.EnvVars(config.Bridge{}), worker)},
+			cli.TemporalGroup(),
+		},
+		Notes: []string{cli.OTelNote},
+	}
+}
+
+// parseArgs handles -h and -version (ErrHelp: exit 0) and refuses
+// anything else on the command line before any work starts.
+func parseArgs(args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	version := fs.Bool("version", false, "print the version and exit")
+	if len(args) == 1 && args[0] == "version" {
+		args = []string{"-version"}
+	}
+	if err := cli.Parse(fs, args, help(), false); err != nil {
+		return err
+	}
+	if *version {
+		fmt.Println(cli.Version("worker"))
+		return cli.ErrHelp
+	}
+	return nil
 }
 
 func run() error {
