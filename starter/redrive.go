@@ -63,7 +63,45 @@ type RedriveOptions struct {
 	// FANOUT_CODEC_KEYS); without them sealed letters count as Invalid and
 	// stay in the DLQ.
 	Keys activities.Opener
+	// DryRun reads and groups the dead letters and starts nothing: the
+	// result's Plan and counts say what a redrive would do (Batches: the
+	// redrive batches it would start). The Temporal client may be nil.
+	DryRun bool
+	// Progress, when set, is called with the counts so far every
+	// ProgressEvery (0: 5s) while the redrive reads, starts and waits, and
+	// once when it ends, from the redrive's goroutine.
+	Progress      func(RedriveProgress)
+	ProgressEvery time.Duration
 }
+
+// RedriveProgress is a redrive's progress.
+type RedriveProgress struct {
+	// Phase: "read" (the DLQ), "start" (the redrive batches), "wait" (for
+	// them), "done".
+	Phase string
+	// Read records of the DLQ so far.
+	Read int
+	// Planned redrive batches (known once the DLQ is read); Batches of the
+	// counts are those started, Finished those that ended.
+	Planned, Finished int
+	RedriveResult
+}
+
+// RedriveEventPlan is what a redrive does for one event's dead letters.
+type RedriveEventPlan struct {
+	EventType, EventID string
+	Priority           fanout.Priority
+	// DeadLetters matched, distinct (attempt, recipient); Batches the
+	// redrive batches they make; Unredrivable those left in the DLQ (no
+	// message).
+	DeadLetters, Batches, Unredrivable int
+	// Errors counts the dead letters by their last error (its first
+	// MaxReasonLen bytes).
+	Errors map[string]int
+}
+
+// MaxReasonLen bounds a last error as a key of RedriveEventPlan.Errors.
+const MaxReasonLen = 120
 
 // RedriveResult of a redrive.
 type RedriveResult struct {
@@ -80,6 +118,28 @@ type RedriveResult struct {
 	// Invalid records of the topic are not dead letters fanout wrote
 	// (activities.DecodeDeadLetter refused them): left in the DLQ.
 	Invalid int
+	// Plan: the matched dead letters per event, in the order the DLQ
+	// first names each event.
+	Plan []RedriveEventPlan
+}
+
+// progress calls fn at most every d (and always when force).
+type progress struct {
+	fn   func()
+	d    time.Duration
+	last time.Time
+}
+
+func newProgress(fn func(), d time.Duration) *progress {
+	return &progress{fn: fn, d: cmp.Or(d, 5*time.Second), last: time.Now()}
+}
+
+func (p *progress) tick(force bool) {
+	if p.fn == nil || (!force && time.Since(p.last) < p.d) {
+		return
+	}
+	p.last = time.Now()
+	p.fn()
 }
 
 type redriveGroup struct {
@@ -105,7 +165,16 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 	var order []string
 	seen := map[string]bool{}
 	var res RedriveResult
+	prog := RedriveProgress{Phase: "read"}
+	var pr *progress
+	pr = newProgress(nil, o.ProgressEvery)
+	if o.Progress != nil {
+		pr.fn = func() { prog.RedriveResult = res; o.Progress(prog) }
+	}
+	plans := map[string]int{} // event key -> index in res.Plan
 	err := kafkatopic.ReadAll(ctx, o.Kafka, o.Topic, func(m kafka.Message) error {
+		prog.Read++
+		pr.tick(false)
 		d, err := activities.DecodeDeadLetter(m.Value, o.Keys)
 		if err != nil {
 			// Not one fanout wrote: leave it, and say so.
@@ -133,11 +202,46 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 		}
 		g.recs = append(g.recs, d.Recipient)
 		res.Matched++
+		ek := d.EventType + "\x00" + d.EventID
+		i, ok := plans[ek]
+		if !ok {
+			i = len(res.Plan)
+			plans[ek] = i
+			res.Plan = append(res.Plan, RedriveEventPlan{EventType: d.EventType, EventID: d.EventID, Priority: d.Priority, Errors: map[string]int{}})
+		}
+		res.Plan[i].DeadLetters++
+		reason := d.LastError
+		if len(reason) > MaxReasonLen {
+			reason = strings.ToValidUTF8(reason[:MaxReasonLen], "") + "..."
+		}
+		res.Plan[i].Errors[reason]++
 		return nil
 	})
 	if err != nil {
 		return res, err
 	}
+	for _, k := range order {
+		g := groups[k]
+		pl := &res.Plan[plans[g.first.EventType+"\x00"+g.first.EventID]]
+		if g.first.MessageOmitted != 0 {
+			pl.Unredrivable += len(g.recs)
+			continue
+		}
+		n := (len(g.recs) + o.BatchSize - 1) / o.BatchSize
+		pl.Batches += n
+		prog.Planned += n
+	}
+	if o.DryRun {
+		for _, pl := range res.Plan {
+			res.Batches += pl.Batches
+			res.Unredrivable += pl.Unredrivable
+		}
+		prog.Phase = "done"
+		pr.tick(true)
+		return res, nil
+	}
+	prog.Phase = "start"
+	pr.tick(true)
 	lim := rate.NewLimiter(rate.Limit(o.Rate), o.BatchSize)
 	var runs []client.WorkflowRun
 	for _, k := range order {
@@ -173,20 +277,41 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 			}
 			res.Batches++
 			runs = append(runs, run)
+			pr.tick(false)
 		}
 	}
 	if !o.Wait {
+		prog.Phase = "done"
+		pr.tick(true)
 		return res, nil
 	}
+	prog.Phase = "wait"
+	pr.tick(true)
 	for _, run := range runs {
 		var r workflows.DeliveryBatchResult
-		if err := run.Get(ctx, &r); err != nil {
+		for {
+			// Wait in slices of the progress interval, so a long batch
+			// does not silence the progress.
+			gctx, cancel := context.WithTimeout(ctx, pr.d)
+			err := run.Get(gctx, &r)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() == nil && gctx.Err() != nil {
+				pr.tick(false)
+				continue
+			}
 			return res, fmt.Errorf("redrive %s: %w", run.GetID(), err)
 		}
 		res.Delivered += r.Delivered
 		res.Skipped += r.Duplicates
 		res.Failed += r.Failed
+		prog.Finished++
+		pr.tick(false)
 	}
+	prog.Phase = "done"
+	pr.tick(true)
 	return res, nil
 }
 
@@ -203,6 +328,21 @@ type RedriveEventsOptions struct {
 	// Reason selects records by their dead-letter reason ("" = all).
 	Reason string
 	Rate   float64
+	// DryRun reads the DLQ and publishes nothing: ByReason and Cut say
+	// what a redrive would re-publish.
+	DryRun bool
+	// Progress, when set, is called with the counts so far every
+	// ProgressEvery (0: 5s) and once at the end.
+	Progress      func(RedriveEventsProgress)
+	ProgressEvery time.Duration
+}
+
+// RedriveEventsProgress is an events-DLQ redrive's progress: records of the
+// DLQ read so far, and the counts.
+type RedriveEventsProgress struct {
+	Read int
+	Done bool
+	RedriveEventsResult
 }
 
 // RedriveEventsResult of an events-DLQ redrive.
@@ -213,6 +353,11 @@ type RedriveEventsResult struct {
 	// Lost are cut dead letters whose original is gone from the source
 	// topic (retention): left in the DLQ.
 	Lost int
+	// ByReason counts the records that matched, by their dead-letter
+	// reason; Cut of them were cut (their original is read back from the
+	// source topic). With DryRun nothing else is counted.
+	ByReason map[string]int
+	Cut      int
 }
 
 // RedriveEvents re-publishes records of the events DLQ to the events topic,
@@ -226,8 +371,20 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (RedriveEventsRe
 	lim := rate.NewLimiter(rate.Limit(o.Rate), 1)
 	pub := NewPublisher(o.Kafka, o.EventsTopic)
 	defer pub.Close()
-	var res RedriveEventsResult
+	res := RedriveEventsResult{ByReason: map[string]int{}}
+	read := 0
+	pr := newProgress(nil, o.ProgressEvery)
+	if o.Progress != nil {
+		pr.fn = func() { o.Progress(RedriveEventsProgress{Read: read, RedriveEventsResult: res}) }
+	}
+	defer func() {
+		if o.Progress != nil {
+			o.Progress(RedriveEventsProgress{Read: read, Done: true, RedriveEventsResult: res})
+		}
+	}()
 	err := kafkatopic.ReadAll(ctx, o.Kafka, o.DLQTopic, func(m kafka.Message) error {
+		read++
+		pr.tick(false)
 		var reason string
 		var cut bool
 		var src source
@@ -250,6 +407,13 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (RedriveEventsRe
 			}
 		}
 		if o.Reason != "" && reason != o.Reason {
+			return nil
+		}
+		res.ByReason[reason]++
+		if cut {
+			res.Cut++
+		}
+		if o.DryRun {
 			return nil
 		}
 		out := kafka.Message{Key: m.Key, Value: m.Value, Headers: hs}
