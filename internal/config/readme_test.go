@@ -1,0 +1,129 @@
+package config_test
+
+import (
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/fanout/fanout/internal/codecserver"
+	"github.com/fanout/fanout/internal/config"
+)
+
+// codeVars are the FANOUT_* variables fanout's code reads: the env tags of
+// every configuration struct (internal/config's and the codec server's)
+// and the names read outside them.
+func codeVars() map[string]bool {
+	vars := map[string]bool{}
+	for _, e := range config.EnvVars(config.Worker{}, config.Bridge{}, config.Kafka{}, config.Redis{}, config.Codec{}, codecserver.Config{}) {
+		vars[e.Name] = true
+	}
+	for _, n := range config.FanoutEnvConstants {
+		vars[n] = true
+	}
+	return vars
+}
+
+var (
+	fanoutName = regexp.MustCompile(`FANOUT_[A-Z0-9_]*[A-Z0-9](_?\*)?`)
+	heading    = regexp.MustCompile(`(?m)^## `)
+)
+
+// configurationSection is README.md's "## Configuration" section, up to the
+// next level-2 heading (its subsections, Security in production among
+// them, included).
+func configurationSection(t *testing.T, readme string) string {
+	t.Helper()
+	i := strings.Index(readme, "\n## Configuration\n")
+	if i < 0 {
+		t.Fatal("README.md has no ## Configuration section")
+	}
+	sec := readme[i+1:]
+	if loc := heading.FindStringIndex(sec[3:]); loc != nil {
+		sec = sec[:loc[0]+3]
+	}
+	return sec
+}
+
+// documented are the variables named in the first column of the tables of
+// the section, wildcards (FANOUT_KAFKA_TLS*) apart.
+func documented(sec string) (names, wildcards []string) {
+	for line := range strings.Lines(sec) {
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "|") || len(cells) < 3 {
+			continue
+		}
+		for _, n := range fanoutName.FindAllString(cells[1], -1) {
+			if strings.HasSuffix(n, "*") {
+				wildcards = append(wildcards, n)
+			} else {
+				names = append(names, n)
+			}
+		}
+	}
+	return names, wildcards
+}
+
+// Every FANOUT_* variable the code reads has a row in a table of the
+// README's Configuration section (the main table or those of Security in
+// production), and every FANOUT_* the README names anywhere is one the code
+// reads (or a wildcard that matches some).
+func TestREADMEConfigurationTables(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	code := codeVars()
+	if len(code) < 40 || !code["FANOUT_TEMPORAL_API_KEY_FILE"] || !code["FANOUT_CODEC_TOKEN"] || !code["FANOUT_KAFKA_SASL_PASSWORD_FILE"] {
+		t.Fatalf("read only %d variables from the code: %v", len(code), slices.Sorted(maps.Keys(code)))
+	}
+	names, wildcards := documented(configurationSection(t, readme))
+	if len(names) == 0 {
+		t.Fatal("found no table rows naming FANOUT_* variables in ## Configuration")
+	}
+	inTables := map[string]bool{}
+	for _, n := range names {
+		inTables[n] = true
+	}
+	var missing []string
+	for v := range code {
+		if !inTables[v] {
+			missing = append(missing, v)
+		}
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Errorf("README.md's Configuration tables lack %d variables the code reads: %s", len(missing), strings.Join(missing, ", "))
+	}
+	for _, w := range wildcards {
+		prefix := strings.TrimSuffix(w, "*")
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(code)), func(v string) bool { return strings.HasPrefix(v, prefix) }) {
+			t.Errorf("README.md names %s, which matches no variable the code reads", w)
+		}
+	}
+	unknown := map[string]bool{}
+	for _, n := range fanoutName.FindAllString(readme, -1) {
+		if !strings.HasSuffix(n, "*") && !code[n] {
+			unknown[n] = true
+		}
+	}
+	if len(unknown) > 0 {
+		t.Errorf("README.md names variables no code reads: %v", slices.Sorted(maps.Keys(unknown)))
+	}
+}
+
+// The checks above fire: a table without a row, and a name the code does
+// not read, are both caught.
+func TestREADMECheckFires(t *testing.T) {
+	sec := "## Configuration\n\n| variable | meaning |\n| --- | --- |\n| `FANOUT_QUEUES` | queues |\n| `FANOUT_KAFKA_TLS*` | TLS |\n\nText `FANOUT_REDIS_URL` outside a table.\n"
+	names, wild := documented(configurationSection(t, "# x\n"+sec+"## Next\n| `FANOUT_BRIDGE` | no |\n"))
+	if !slices.Equal(names, []string{"FANOUT_QUEUES"}) || !slices.Equal(wild, []string{"FANOUT_KAFKA_TLS*"}) {
+		t.Fatalf("documented = %v, %v; want only the table's FANOUT_QUEUES and the wildcard", names, wild)
+	}
+	if code := codeVars(); code["FANOUT_NOT_A_VARIABLE"] || !code["FANOUT_QUEUES"] {
+		t.Fatal("codeVars is wrong")
+	}
+}
