@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 
@@ -36,6 +37,22 @@ func TestWithEncryption(t *testing.T) {
 	var back string
 	if err := o.DataConverter.FromPayload(p, &back); err != nil || back != "https://hooks.example.com/secret-path" {
 		t.Fatalf("round trip: %q %v", back, err)
+	}
+	// Decoding a failure leaves it encrypted: the SDK decodes a local
+	// activity's failure while it is still the failure of the marker it
+	// then records in the history.
+	f := o.FailureConverter.ErrorToFailure(errors.New("POST https://hooks.example.com/secret-path: 500"))
+	if f.GetMessage() != "Encoded failure" || f.GetEncodedAttributes() == nil {
+		t.Fatalf("failure %v: want its message encoded", f)
+	}
+	if err := o.FailureConverter.FailureToError(f); err == nil || !strings.Contains(err.Error(), "secret-path") {
+		t.Fatalf("decoded failure: %v, want the message back", err)
+	}
+	if f.GetMessage() != "Encoded failure" {
+		t.Fatalf("decoding the failure left its message in clear in it: %q", f.GetMessage())
+	}
+	if o.FailureConverter.FailureToError(nil) != nil {
+		t.Fatal("a nil failure decoded to an error")
 	}
 	var none client.Options
 	workers.WithEncryption(nil)(&none)

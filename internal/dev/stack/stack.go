@@ -37,7 +37,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
@@ -251,10 +250,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	copts := o.Client
 	copts.HostPort = s.TemporalAddr
 	if s.Keyring != nil && copts.DataConverter == nil {
-		copts.DataConverter = s.Keyring.DataConverter()
-		copts.FailureConverter = temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
-			DataConverter: copts.DataConverter, EncodeCommonAttributes: true,
-		})
+		workers.WithEncryption(s.Keyring)(&copts)
 	}
 	if copts.Logger == nil {
 		copts.Logger = QuietLogger{}
