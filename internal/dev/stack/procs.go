@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,14 +49,28 @@ func RepoRoot() (string, error) {
 // BinDir is the ignored folder for built tools and binaries.
 func BinDir(root string) string { return filepath.Join(root, ".bin") }
 
-// ensureTemporalCLI builds the pinned temporal CLI into .bin once and returns
-// its path. `go tool task temporal-cli` builds it before the tests; should
-// several processes get here without it (test packages run in parallel), a
-// lock on .bin makes one build it and the others wait for it.
+// ensureTemporalCLI returns the temporal CLI to run: the pinned one in .bin
+// when it is built there; else a `temporal` on PATH whose version fits
+// (TemporalVersionFits), so a user who has one skips the build; else it
+// builds the pinned one into .bin once. `go tool task temporal-cli` builds
+// it before the tests; should several processes get here without it (test
+// packages run in parallel), a lock on .bin makes one build it and the
+// others wait for it.
 func ensureTemporalCLI(ctx context.Context, root string, progress io.Writer) (string, error) {
 	bin := filepath.Join(BinDir(root), "temporal")
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
 		return bin, nil
+	}
+	if p, err := exec.LookPath("temporal"); err == nil {
+		vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		out, err := exec.CommandContext(vctx, p, "--version").Output()
+		cancel()
+		if v, ok := TemporalVersionFits(string(out)); err == nil && ok {
+			fmt.Fprintf(progress, "using the temporal CLI %s on PATH (%s): it fits the pinned %s\n", v, p, TemporalCLIVersion)
+			return p, nil
+		}
+		fmt.Fprintf(progress, "the temporal CLI on PATH (%s, %q) does not fit the pinned %s (same major version, minor at least as high)\n",
+			p, strings.TrimSpace(string(out)), TemporalCLIVersion)
 	}
 	return bin, withBinLock(root, func() error {
 		if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
@@ -72,6 +87,29 @@ func ensureTemporalCLI(ctx context.Context, root string, progress io.Writer) (st
 		}
 		return os.Rename(tmp, bin)
 	})
+}
+
+var temporalVersionRE = regexp.MustCompile(`^temporal version v?(\d+)\.(\d+)\.(\d+)\S*`)
+
+// TemporalVersionFits reads `temporal --version` output ("temporal version
+// 1.5.1 (Server 1.29.1, UI 2.42.1)") and reports its version and whether it
+// can stand in for the pinned TemporalCLIVersion: the same major version and
+// a minor version at least the pinned one's (1.5.x, 1.6.0: yes; 1.4.2,
+// 2.0.0, a 0.0.0-DEV build: no). The stack uses `server start-dev` flags
+// that 1.5 has (--sqlite-pragma, --dynamic-config-value, --ui-codec-endpoint,
+// --search-attribute); a new major version may drop some, an older minor may
+// lack them, and the patch level does not change them.
+func TemporalVersionFits(out string) (version string, ok bool) {
+	m := temporalVersionRE.FindStringSubmatch(strings.TrimSpace(out))
+	p := temporalVersionRE.FindStringSubmatch("temporal version " + TemporalCLIVersion)
+	if m == nil || p == nil {
+		return "", false
+	}
+	maj, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	pmaj, _ := strconv.Atoi(p[1])
+	pmin, _ := strconv.Atoi(p[2])
+	return strings.TrimPrefix(m[0], "temporal version "), maj == pmaj && minor >= pmin
 }
 
 // withBinLock runs fn holding an exclusive lock on .bin, so that builds into
@@ -151,6 +189,15 @@ func startProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// ExitState says how the process ended ("exit status 1", "signal:
+// killed"), or "running".
+func (p *Proc) ExitState() string {
+	if !p.Exited() {
+		return "running"
+	}
+	return p.cmd.ProcessState.String()
+}
 
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {

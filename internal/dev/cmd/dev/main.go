@@ -103,7 +103,6 @@ func run(f flags) error {
 	if err := s.Build(ctx); err != nil { // done by Start for the sink; a no-op then
 		return err
 	}
-	procs := []string{"temporal", "redis", "sink", "worker-events", "worker-delivery", "bridge"}
 	for _, w := range []struct{ name, queues string }{
 		{"worker-events", "events"},
 		{"worker-delivery", "high,normal,low"},
@@ -116,6 +115,18 @@ func run(f flags) error {
 		return err
 	}
 	say("workers (events; high,normal,low) and bridge started; logs in .dev/logs/")
+	// Worker and bridge processes that die are restarted (with backoff, at
+	// most 5 times in 10 minutes); the servers' death ends task dev.
+	sup := newSupervisor(s, []string{"worker-events", "worker-delivery", "bridge"}, []string{"temporal", "redis", "sink"}, say)
+	supErr := make(chan error, 1)
+	supCtx, stopSup := context.WithCancel(ctx)
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); supErr <- sup.run(supCtx) }()
+	// Runs before s.Close: nothing is restarted while the stack stops.
+	defer func() { stopSup(); <-supDone }()
+	pids := s.Pids()
+	say("try it: `kill -9 %d` (the delivery worker) while the big event runs; it is restarted and the event still completes, every recipient once (workers: events %d, delivery %d; bridge %d)",
+		pids["worker-delivery"], pids["worker-events"], pids["worker-delivery"], pids["bridge"])
 
 	stamp := time.Now().UTC().Format("20060102-150405")
 	events := demoEvents(stamp, f.big, f.small)
@@ -125,7 +136,7 @@ func run(f flags) error {
 	say("published %d demo events: %s with %d recipients and %d with 10 to 1,000", len(events), events[0].ID, f.big, len(events)-1)
 	say("watch them: http://localhost:%d/namespaces/default/workflows?query=%s", f.uiPort,
 		url.QueryEscape(fmt.Sprintf("WorkflowType='%s' AND %s='webhook'", vocab.FanoutWorkflow, vocab.SearchAttrEventType)))
-	return watch(ctx, s, events, procs, f.exitWhenDone)
+	return watch(ctx, s, events, supErr, f.exitWhenDone)
 }
 
 func demoEvents(stamp string, big, small int) []stack.Event {
@@ -140,8 +151,9 @@ func demoEvents(stamp string, big, small int) []stack.Event {
 }
 
 // watch prints progress every two seconds until ctx is done (or, with
-// exitWhenDone, until every demo event completed).
-func watch(ctx context.Context, s *stack.Stack, evs []stack.Event, procs []string, exitWhenDone bool) error {
+// exitWhenDone, until every demo event completed) or the supervisor gives
+// up (supErr).
+func watch(ctx context.Context, s *stack.Stack, evs []stack.Event, supErr <-chan error, exitWhenDone bool) error {
 	start := time.Now()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
@@ -152,12 +164,9 @@ func watch(ctx context.Context, s *stack.Stack, evs []stack.Event, procs []strin
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-supErr:
+			return err
 		case <-tick.C:
-		}
-		for _, name := range procs {
-			if s.Proc(name).Exited() {
-				return fmt.Errorf("%s exited; see .dev/logs/%s.log", name, name)
-			}
 		}
 		started, completed, bigCompleted := progress(ctx, s, evs)
 		tot, err := s.SinkClient.Totals(ctx)
