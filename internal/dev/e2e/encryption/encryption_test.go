@@ -20,8 +20,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,7 +175,7 @@ func leaks(b []byte, secrets []string) []string {
 	hay := [][]byte{b}
 	var v any
 	if json.Unmarshal(b, &v) == nil {
-		walkStrings(v, func(s string) {
+		stack.EachJSONString(v, func(s string) {
 			if d, err := base64.StdEncoding.DecodeString(s); err == nil {
 				hay = append(hay, d)
 			}
@@ -195,21 +193,6 @@ func leaks(b []byte, secrets []string) []string {
 	return found
 }
 
-func walkStrings(v any, fn func(string)) {
-	switch x := v.(type) {
-	case string:
-		fn(x)
-	case []any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	case map[string]any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	}
-}
-
 // decrypted is every encrypted payload of a `workflow show -o json` output,
 // opened with keys: what the history holds once decrypted.
 func decrypted(t *testing.T, out []byte, keys *codec.Keyring) []byte {
@@ -219,7 +202,7 @@ func decrypted(t *testing.T, out []byte, keys *codec.Keyring) []byte {
 		t.Fatalf("workflow show output: %v", err)
 	}
 	var all []byte
-	walkStrings(v, func(s string) {
+	stack.EachJSONString(v, func(s string) {
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil || !codec.IsSealed(b) {
 			return
@@ -242,12 +225,9 @@ func decrypted(t *testing.T, out []byte, keys *codec.Keyring) []byte {
 // show is the workflow's history as the pinned temporal CLI exports it.
 func show(t *testing.T, wid string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(st.Bin, "temporal"), "workflow", "show", "--workflow-id", wid,
-		"--address", st.TemporalAddr, "--namespace", "default", "--output", "json").Output()
+	out, err := st.ShowHistory(context.Background(), wid)
 	if err != nil {
-		t.Fatalf("temporal workflow show %s: %v", wid, err)
+		t.Fatal(err)
 	}
 	return out
 }

@@ -28,7 +28,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -183,7 +182,7 @@ func (c *capture) leaks(secrets []secret) []string {
 		hay := [][]byte{src.b}
 		var v any
 		if json.Unmarshal(src.b, &v) == nil {
-			walkStrings(v, func(s string) {
+			stack.EachJSONString(v, func(s string) {
 				if d, err := base64.StdEncoding.DecodeString(s); err == nil && len(d) > 0 {
 					hay = append(hay, d)
 				}
@@ -230,21 +229,6 @@ func clearFailures(h []byte) []string {
 	}
 	walk(v)
 	return out
-}
-
-func walkStrings(v any, fn func(string)) {
-	switch x := v.(type) {
-	case string:
-		fn(x)
-	case []any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	case map[string]any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	}
 }
 
 // source serves the recipients of FANOUT_RECIPIENTS_URL, only to a request
@@ -459,12 +443,9 @@ func authRedis(t *testing.T, c *credentials, logPath string) (string, *redis.Cli
 // show is the workflow's history as the pinned temporal CLI exports it.
 func show(t *testing.T, st *stack.Stack, wid string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(st.Bin, "temporal"), "workflow", "show", "--workflow-id", wid,
-		"--address", st.TemporalAddr, "--namespace", "default", "--output", "json").Output()
+	out, err := st.ShowHistory(context.Background(), wid)
 	if err != nil {
-		t.Fatalf("temporal workflow show %s: %v", wid, err)
+		t.Fatal(err)
 	}
 	return out
 }
