@@ -169,6 +169,48 @@ type TypeOptions struct {
 	// MaxRecipients, when set, fails an event whose audience grows past it
 	// (too_many_recipients), after delivering what it found. 0: no cap.
 	MaxRecipients int64 `json:"max_recipients,omitempty"`
+	// Semantics is the delivery guarantee: AtLeastOnce (the default) or
+	// AtMostOnce (see Semantics).
+	Semantics Semantics `json:"semantics,omitempty"`
+	// DestinationRate is the default limit, in calls per second, on each
+	// destination of this type (see DestinationKeyer; the webhook type's
+	// destination is the address's host), shared by every delivery worker.
+	// 0: no limit. Operators change it per type and per destination at
+	// run time without a restart (`starter limits`).
+	DestinationRate float64 `json:"destination_rate,omitempty"`
+	// BreakerFailures opens a destination's circuit breaker after this many
+	// consecutive failed calls: its deliveries then wait BreakerCooldown
+	// without calling it, and the rest of the batch goes on. 0:
+	// DefaultBreakerFailures; negative: no breaker.
+	BreakerFailures int `json:"breaker_failures,omitempty"`
+	// BreakerCooldown is how long an open breaker waits before it lets one
+	// trial call through. 0: DefaultBreakerCooldown.
+	BreakerCooldown time.Duration `json:"breaker_cooldown,omitempty"`
+}
+
+// Semantics is an event type's delivery guarantee.
+type Semantics string
+
+const (
+	// AtLeastOnce (the default): a recipient is marked delivered after its
+	// call succeeds, so a crash mid-call repeats that call; nothing is lost.
+	AtLeastOnce Semantics = "at-least-once"
+	// AtMostOnce: the gate marks a recipient before its call, so a crash
+	// mid-call loses that delivery but never repeats it, for destinations
+	// where a duplicate is worse than a miss.
+	AtMostOnce Semantics = "at-most-once"
+)
+
+// Valid reports whether s is a known delivery guarantee ("" is the default,
+// AtLeastOnce).
+func (s Semantics) Valid() bool { return s == "" || s == AtLeastOnce || s == AtMostOnce }
+
+// DestinationKeyer is implemented by a Handler whose deliveries go to
+// destinations that should be rate-limited and broken separately: the key
+// names the destination (a host, a tenant, a provider account). Without
+// it, every recipient of the type shares one key, the event type's.
+type DestinationKeyer interface {
+	DestinationKey(r Recipient) string
 }
 
 // Defaults for TypeOptions.
@@ -179,6 +221,8 @@ const (
 	DefaultMaxAttempts        = 5
 	DefaultDeliverTimeout     = 5 * time.Minute
 	DefaultLocalDeliveryMax   = 100
+	DefaultBreakerFailures    = 5
+	DefaultBreakerCooldown    = 30 * time.Second
 	// DefaultPageBatches is PageSize's default in batches.
 	DefaultPageBatches = 10
 	// DefaultMaxPages is 400,000,000 recipients at the default page size.
@@ -255,6 +299,12 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("MaxPages: %d is negative", o.MaxPages)
 	case o.MaxRecipients < 0:
 		return fmt.Errorf("MaxRecipients: %d is negative", o.MaxRecipients)
+	case !o.Semantics.Valid():
+		return fmt.Errorf("Semantics: unknown %q (want %s or %s)", o.Semantics, AtLeastOnce, AtMostOnce)
+	case o.DestinationRate < 0:
+		return fmt.Errorf("DestinationRate: %v is negative", o.DestinationRate)
+	case o.BreakerCooldown < 0:
+		return fmt.Errorf("BreakerCooldown: %v is negative", o.BreakerCooldown)
 	case o.LocalDeliveryMax > MaxBatchSize:
 		return fmt.Errorf("LocalDeliveryMax: %d is over %d", o.LocalDeliveryMax, MaxBatchSize)
 	case o.LargeBatchSize > MaxBatchSize:
