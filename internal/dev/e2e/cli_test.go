@@ -345,9 +345,11 @@ func TestCLICancel(t *testing.T) {
 	eventually(t, 15*time.Second, "FanoutStatus never became canceled", func() bool {
 		return cliCount(t, fmt.Sprintf("WorkflowId = '%s' AND FanoutStatus = '%s'", wid, vocab.StatusCanceled)) == 1
 	})
-	if c := cliCount(t, batchQuery(wid)+" AND ExecutionStatus = 'Running'"); c != 0 {
-		t.Errorf("%d batches still running after the cancel", c)
-	}
+	// Visibility lags the executions by up to half a second (see
+	// stack.VisibilityPollRPS).
+	eventually(t, 15*time.Second, "batches still running after the cancel", func() bool {
+		return cliCount(t, batchQuery(wid)+" AND ExecutionStatus = 'Running'") == 0
+	})
 	if c := cliCount(t, batchQuery(wid)+" AND ExecutionStatus = 'Canceled'"); c == 0 {
 		t.Errorf("no batch was canceled")
 	}
@@ -457,9 +459,9 @@ func TestCLIResetRedeliversNothingTwice(t *testing.T) {
 	if status, _ := cliStatus(t, wid); status != "WORKFLOW_EXECUTION_STATUS_COMPLETED" {
 		t.Errorf("status: %s", status)
 	}
-	if c := cliCount(t, fmt.Sprintf("WorkflowId = '%s' AND RunId = '%s' AND ExecutionStatus = 'Terminated'", wid, oldRun)); c != 1 {
-		t.Errorf("the reset run is not terminated (%d)", c)
-	}
+	eventually(t, 15*time.Second, "the reset run is not terminated", func() bool {
+		return cliCount(t, fmt.Sprintf("WorkflowId = '%s' AND RunId = '%s' AND ExecutionStatus = 'Terminated'", wid, oldRun)) == 1
+	})
 }
 
 // Batch terminate by visibility query: the matching events and their

@@ -188,6 +188,9 @@ func (s *testStack) waitTyped(eventType, eventID string, timeout time.Duration) 
 // runs counts the executions (runs, not continued-as-new ones) of a workflow id.
 func (s *testStack) runs(t *testing.T, wid string) int {
 	t.Helper()
+	// Visibility lags the executions by up to half a second (see
+	// stack.VisibilityPollRPS).
+	time.Sleep(2 * time.Second / stack.VisibilityPollRPS)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	n := 0

@@ -231,6 +231,10 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
+// VisibilityPollRPS is how often the tuned dev server reads its visibility
+// queue per second (the server's default is 20).
+const VisibilityPollRPS = 2
+
 // temporalArgs are the `temporal server start-dev` arguments, with dbFile
 // as the database ("": in memory). Tuned, they add fanout's search
 // attributes and the flags below; stock, they are what a user types (the
@@ -264,6 +268,18 @@ func temporalArgs(port, uiPort, metricsPort int, dbFile string, stock bool) []st
 	args = append(args,
 		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
+	// start-dev re-reads the search attributes from the database on every
+	// read (several times per workflow start and visibility write) so
+	// that ones added while it runs show at once; a production server
+	// caches them. The attributes are registered before the first start
+	// (by the flags below, or by waitTemporal, which then restarts the
+	// server: see startTemporal), so the cache is never stale here.
+	args = append(args, "--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=false")
+	// The visibility queue is read at most twice a second instead of 20
+	// times: a small event that completes within that gets one visibility
+	// write (closed) instead of two (the started record is skipped when
+	// the workflow has already closed); lists and counts lag by <= 0.5 s.
+	args = append(args, "--dynamic-config-value", "history.visibilityProcessorMaxPollRPS="+strconv.Itoa(VisibilityPollRPS))
 	for _, sa := range vocab.SearchAttributes() {
 		args = append(args, "--search-attribute", sa.Name+"="+vocab.TypeName(sa.Type))
 	}
@@ -273,32 +289,36 @@ func temporalArgs(port, uiPort, metricsPort int, dbFile string, stock bool) []st
 // waitTemporal waits until the Temporal frontend at addr answers a health
 // check, then registers fanout's search attributes: --search-attribute
 // registers them only when the database is created, and a dev database from
-// an older fanout lacks the newer ones.
-func waitTemporal(ctx context.Context, addr string, p *Proc) error {
+// an older fanout lacks the newer ones; added reports whether it
+// registered any.
+func waitTemporal(ctx context.Context, addr string, p *Proc) (added bool, _ error) {
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		if p.Exited() {
-			return fmt.Errorf("temporal dev server exited during start-up (see its log)")
+			return false, fmt.Errorf("temporal dev server exited during start-up (see its log)")
 		}
 		if c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}}); err == nil {
 			_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
 			if err == nil {
-				_, err = vocab.Ensure(ctx, c.OperatorService(), "default", vocab.SearchAttributes())
+				outs, err := vocab.Ensure(ctx, c.OperatorService(), "default", vocab.SearchAttributes())
 				c.Close()
 				if err != nil {
-					return fmt.Errorf("register search attributes: %w", err)
+					return false, fmt.Errorf("register search attributes: %w", err)
 				}
-				return nil
+				for _, o := range outs {
+					added = added || o.Added
+				}
+				return added, nil
 			}
 			c.Close()
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("temporal dev server at %s not ready after 90s", addr)
+	return false, fmt.Errorf("temporal dev server at %s not ready after 90s", addr)
 }
 
 // ensureRedisServer returns the redis-server path, installing the Debian

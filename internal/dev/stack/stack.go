@@ -84,6 +84,10 @@ type Options struct {
 	// `temporal server start-dev --db-filename` and none of the stack's
 	// tuning flags (see temporalArgs); SwitchTemporal changes it later.
 	StockTemporal bool
+	// TemporalFlags are added to the dev server's flags (not the stock
+	// server's), TemporalEnv to its environment: for experiments with its
+	// dynamic config and runtime.
+	TemporalFlags, TemporalEnv []string
 	// Client configures Stack.TC; Start sets HostPort, and a Logger that
 	// discards when there is none.
 	Client client.Options
@@ -287,11 +291,26 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	if s.CodecServerURL != "" && s.opts.UIPort != 0 {
 		args = append(args, "--ui-codec-endpoint", s.CodecServerURL)
 	}
-	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, args, nil)
+	var env []string
+	if !s.stock {
+		args = append(args, s.opts.TemporalFlags...)
+		env = s.opts.TemporalEnv
+	}
+	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, args, env)
 	if err != nil {
 		return err
 	}
-	if err := waitTemporal(ctx, s.TemporalAddr, p); err != nil {
+	added, err := waitTemporal(ctx, s.TemporalAddr, p)
+	if err == nil && added && !s.stock {
+		// The tuned server caches search attributes (see temporalArgs):
+		// start it again so that every service sees the ones just added.
+		p.Kill()
+		if p, err = startProc("temporal", s.LogPath("temporal"), s.tbin, args, env); err != nil {
+			return err
+		}
+		_, err = waitTemporal(ctx, s.TemporalAddr, p)
+	}
+	if err != nil {
 		p.Kill()
 		return err
 	}

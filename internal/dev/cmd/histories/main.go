@@ -191,6 +191,8 @@ func (g *gen) continueAsNew(ctx context.Context) error {
 	if res.Delivered != 5000 || res.Runs < 2 {
 		return fmt.Errorf("unexpected result %+v", res.Progress)
 	}
+	// Visibility lags the executions by up to half a second.
+	time.Sleep(2 * time.Second / stack.VisibilityPollRPS)
 	runs, err := g.runIDs(ctx, wid(evCAN))
 	if err != nil {
 		return err
