@@ -34,7 +34,19 @@ type FanoutInput struct {
 	// MaxHistoryLength makes the run continue-as-new once its history is
 	// longer (0: only when Temporal suggests it). For tests and tuning.
 	MaxHistoryLength int `json:",omitempty"`
+	// Flow is the shape of the event's first workflow task, set by the
+	// starter (StartOptions): 0, in histories from before FlowOpen, runs
+	// Prepare, the first page and a small audience's delivery as three
+	// local activities; FlowOpen runs them as one (activities.Open). An
+	// input field rather than a workflow.GetVersion, which would record a
+	// marker and upsert a search attribute in every event: the cost the
+	// change removes.
+	Flow int `json:",omitempty"`
 }
+
+// FlowOpen is the Flow of events whose first workflow task runs one local
+// activity, Open; the starter sets it on every new event.
+const FlowOpen = 1
 
 // FanoutState is what a run hands to the next one.
 type FanoutState struct {
@@ -110,6 +122,8 @@ type fanoutRun struct {
 	laneShare        float64
 	// lanesVersion caches the rate-lanes version (-2: not asked yet).
 	lanesVersion workflow.Version
+	// finalSA are search attribute updates left to finish's upsert.
+	finalSA []temporal.SearchAttributeUpdate
 }
 
 // batchPace is the pace of one batch: its share of the rate cap per second
@@ -228,11 +242,33 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 
 	var firstPage *activities.PageResult
 	if r.st == nil {
-		var prep activities.PrepareResult
-		if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &prep); err != nil {
-			return r.finish(err)
+		var o activities.OpenResult
+		opened := false
+		if in.Flow >= FlowOpen {
+			octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+				// Prepare and a page within 30 s, and a delivery within
+				// LocalDeliverTimeout, as when they were three.
+				StartToCloseTimeout: 30*time.Second + activities.LocalDeliverTimeout,
+				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+			})
+			err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event}).Get(ctx, &o)
+			var ae *temporal.ApplicationError
+			switch {
+			case err == nil:
+				opened = true
+			case ctx.Err() != nil || (errors.As(err, &ae) && ae.NonRetryable()):
+				return r.finish(err)
+			default:
+				// Prepare failed: the steps one by one, with their retries.
+				workflow.GetLogger(ctx).Warn("opening the event failed; taking its steps one by one", "error", err)
+			}
 		}
-		r.st = &FanoutState{Message: prep.Message, Options: prep.Options.WithDefaults(), Priority: in.Event.Priority}
+		if !opened {
+			if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &o.Prepared); err != nil {
+				return r.finish(err)
+			}
+		}
+		r.st = &FanoutState{Message: o.Prepared.Message, Options: o.Prepared.Options.WithDefaults(), Priority: in.Event.Priority}
 		if r.st.Priority == "" {
 			r.st.Priority = r.st.Options.DefaultPriority
 		}
@@ -242,20 +278,32 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		}
 		if in.Event.Priority == "" {
 			// The bridge set type and status at start; the default priority
-			// is only known now.
-			if err := workflow.UpsertTypedSearchAttributes(ctx, vocab.PriorityKey.ValueSet(string(r.st.Priority))); err != nil {
-				return FanoutResult{}, err
+			// is only known now. An event delivered in this task records it
+			// with its final status instead (one upsert, not two).
+			r.finalSA = append(r.finalSA, vocab.PriorityKey.ValueSet(string(r.st.Priority)))
+			if !o.Delivered {
+				if err := workflow.UpsertTypedSearchAttributes(ctx, r.finalSA...); err != nil {
+					return FanoutResult{}, err
+				}
+				r.finalSA = nil
 			}
 		}
-		var page activities.PageResult
-		if err := localThenRemote(ctx, lctx, actx, a.RecipientsPage, activities.RecipientsPageInput{
-			Event: in.Event, Limit: r.st.Options.PageSize, BatchSize: r.st.Options.BatchSize,
-		}, &page); err != nil {
-			return r.finish(err)
+		if o.Delivered {
+			return r.openedDelivered(o)
 		}
-		firstPage = &page
-		if page.NextCursor == "" && len(page.Batches) == 0 && len(page.Recipients) <= r.st.Options.BatchSize && !r.prog.Paused {
-			return r.deliverInline(page.Recipients)
+		if !o.Paged {
+			if err := localThenRemote(ctx, lctx, actx, a.RecipientsPage, activities.RecipientsPageInput{
+				Event: in.Event, Limit: r.st.Options.PageSize, BatchSize: r.st.Options.BatchSize,
+			}, &o.Page); err != nil {
+				return r.finish(err)
+			}
+		}
+		firstPage = &o.Page
+		if o.Page.OneBatch(r.st.Options.BatchSize) && !r.prog.Paused {
+			if o.DeliverError != "" {
+				return r.deliverRemote(o)
+			}
+			return r.deliverInline(o.Page.Recipients)
 		}
 	}
 	opts := r.st.Options
@@ -551,17 +599,7 @@ func (r *fanoutRun) countDeadLettered(f workflow.Future) {
 // batchInput is the DeliverBatchInput of batch n: recips inline, or the
 // staged batch ref.
 func (r *fanoutRun) batchInput(n int, recips []fanout.Recipient, ref *activities.BatchRef) activities.DeliverBatchInput {
-	st, ev := r.st, r.in.Event
-	return activities.DeliverBatchInput{
-		Event:       batchEvent(ev, ref),
-		Priority:    st.Priority,
-		AttemptID:   vocab.AttemptID(ev.Type, ev.ID, n),
-		Recipients:  recips,
-		Ref:         ref,
-		Message:     st.Message,
-		MaxAttempts: st.Options.MaxAttempts,
-		Concurrency: st.Options.DeliverConcurrency,
-	}
+	return activities.NewBatchInput(r.in.Event, r.st.Priority, n, r.st.Message, r.st.Options, recips, ref)
 }
 
 // account adds a batch's outcome to the progress.
@@ -689,9 +727,41 @@ func localThenRemote(ctx, lctx, actx workflow.Context, act, in, out any) error {
 	return workflow.ExecuteActivity(actx, act, in).Get(ctx, out)
 }
 
-// localDeliverTimeout bounds the fast path's one try; a slower batch is
-// handed to the delivery queue.
-const localDeliverTimeout = 10 * time.Second
+// openedDelivered finishes an event whose one batch Open delivered.
+func (r *fanoutRun) openedDelivered(o activities.OpenResult) (FanoutResult, error) {
+	n := int64(len(o.Page.Recipients))
+	r.prog.Pages, r.prog.Found, r.prog.PagingDone = 1, n, true
+	r.prog.BatchesStarted, r.prog.BatchesCompleted = 1, 1
+	r.account(o.Delivery, nil, n)
+	return r.finish(nil)
+}
+
+// deliverRemote hands the one batch Open could not finish delivering to a
+// DeliverBatch activity on the priority's delivery queue, after the delay
+// it asked for; the same attempt id skips what Open delivered. A
+// non-retryable error fails the batch instead, as it fails that activity.
+func (r *fanoutRun) deliverRemote(o activities.OpenResult) (FanoutResult, error) {
+	ctx, st, recips := r.ctx, r.st, o.Page.Recipients
+	r.prog.Pages, r.prog.Found, r.prog.PagingDone = 1, int64(len(recips)), true
+	r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
+	r.setDetails()
+	in := r.batchInput(0, recips, nil)
+	var res activities.DeliverBatchResult
+	var err error
+	switch {
+	case o.DeliverNonRetryable:
+		err = temporal.NewNonRetryableApplicationError(o.DeliverError, o.DeliverErrorType, nil)
+	case o.DeliverRetryDelay > 0:
+		workflow.GetLogger(ctx).Warn("local delivery did not finish; retrying as an activity", "error", o.DeliverError)
+		err = workflow.Sleep(ctx, o.DeliverRetryDelay)
+	default:
+		workflow.GetLogger(ctx).Warn("local delivery did not finish; retrying as an activity", "error", o.DeliverError)
+	}
+	if err == nil {
+		err = workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority)), a.DeliverBatch, in).Get(ctx, &res)
+	}
+	return r.settleInline(in, res, err)
+}
 
 // deliverInline delivers a single-batch event without a child workflow:
 // on the fast path (a local activity here, see TypeOptions.LocalDeliveryMax)
@@ -715,35 +785,30 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		var err error
 		if len(recips) <= st.Options.LocalDeliveryMax {
 			lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-				StartToCloseTimeout: min(localDeliverTimeout, st.Options.DeliverTimeout),
+				StartToCloseTimeout: min(activities.LocalDeliverTimeout, st.Options.DeliverTimeout),
 				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 			})
 			err = localThenRemote(ctx, lctx, dctx, a.DeliverBatch, in, &res)
 		} else {
 			err = workflow.ExecuteActivity(dctx, a.DeliverBatch, in).Get(ctx, &res)
 		}
-		r.prog.PendingBatches, r.prog.BatchesCompleted, r.pending = 0, 1, 0
-		r.account(res, err, int64(len(recips)))
-		if dl := r.deadLetterFailed(in, err); dl != nil {
-			r.countDeadLettered(dl)
-		}
-		if ctx.Err() != nil {
-			return r.finish(temporal.NewCanceledError())
-		}
+		return r.settleInline(in, res, err)
 	}
 	return r.finish(nil)
 }
 
-// batchEvent is the event as a delivery batch sees it. A batch that carries
-// its recipients gets it without the payload (consumed by get_recipients
-// and generate_broadcast_message), so a large payload is not copied into
-// every batch's input and the parent's history; a staged batch keeps it, to
-// fetch its page again should the staged copy be lost.
-func batchEvent(ev fanout.Event, ref *activities.BatchRef) fanout.Event {
-	if ref == nil {
-		ev.Payload = nil
+// settleInline accounts for an event's one batch, run as an activity
+// without a child, and finishes the event.
+func (r *fanoutRun) settleInline(in activities.DeliverBatchInput, res activities.DeliverBatchResult, err error) (FanoutResult, error) {
+	r.prog.PendingBatches, r.prog.BatchesCompleted, r.pending = 0, 1, 0
+	r.account(res, err, int64(len(in.Recipients)))
+	if dl := r.deadLetterFailed(in, err); dl != nil {
+		r.countDeadLettered(dl)
 	}
-	return ev
+	if r.ctx.Err() != nil {
+		return r.finish(temporal.NewCanceledError())
+	}
+	return r.finish(nil)
 }
 
 func continueAsNewDue(ctx workflow.Context, maxHistory int) bool {
@@ -771,7 +836,7 @@ func (r *fanoutRun) finish(err error) (FanoutResult, error) {
 	}
 	r.setDetails()
 	uctx, _ := workflow.NewDisconnectedContext(ctx)
-	if uerr := workflow.UpsertTypedSearchAttributes(uctx, append(r.countUpdates(), vocab.StatusKey.ValueSet(status))...); uerr != nil {
+	if uerr := workflow.UpsertTypedSearchAttributes(uctx, append(append(r.countUpdates(), vocab.StatusKey.ValueSet(status)), r.finalSA...)...); uerr != nil {
 		return FanoutResult{Progress: prog}, fmt.Errorf("upsert status: %w (after %v)", uerr, err)
 	}
 	if err == nil {

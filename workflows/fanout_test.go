@@ -49,8 +49,9 @@ type fixture struct {
 	Outcome func(r fanout.Recipient) outcome
 	// DeliverErr, if set and non-nil for a batch, is DeliverBatch's error.
 	DeliverErr func(in activities.DeliverBatchInput) error
-	// PrepareErr is Prepare's error.
-	PrepareErr error
+	// PrepareErr is Prepare's error; OpenErr is Open's, before it runs
+	// the steps.
+	PrepareErr, OpenErr error
 	// Staged makes RecipientsPage stage multi-batch pages (as it does when
 	// the worker has Redis) and return batch refs instead of recipients.
 	Staged bool
@@ -128,128 +129,144 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	rec.pages = 0
 	rec.mu.Unlock()
 
-	env.OnActivity(a.Prepare, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.PrepareInput) (activities.PrepareResult, error) {
-			rec.mu.Lock()
-			rec.prepares++
-			rec.mu.Unlock()
-			if fx.PrepareErr != nil {
-				return activities.PrepareResult{}, fx.PrepareErr
-			}
-			return activities.PrepareResult{Message: testMessage, Options: fx.Options}, nil
-		})
+	prepareFn := func(_ context.Context, in activities.PrepareInput) (activities.PrepareResult, error) {
+		rec.mu.Lock()
+		rec.prepares++
+		rec.mu.Unlock()
+		if fx.PrepareErr != nil {
+			return activities.PrepareResult{}, fx.PrepareErr
+		}
+		return activities.PrepareResult{Message: testMessage, Options: fx.Options}, nil
+	}
+	env.OnActivity(a.Prepare, mock.Anything, mock.Anything).Return(prepareFn)
 
-	env.OnActivity(a.RecipientsPage, mock.Anything, mock.Anything).After(fx.PageDelay).Return(
-		func(_ context.Context, in activities.RecipientsPageInput) (activities.PageResult, error) {
-			rec.mu.Lock()
-			rec.pages++
-			pages := rec.pages
-			rec.mu.Unlock()
-			if fx.HistoryPerPage > 0 {
-				env.SetCurrentHistoryLength(pages * fx.HistoryPerPage)
+	pageFn := func(_ context.Context, in activities.RecipientsPageInput) (activities.PageResult, error) {
+		rec.mu.Lock()
+		rec.pages++
+		pages := rec.pages
+		rec.mu.Unlock()
+		if fx.HistoryPerPage > 0 {
+			env.SetCurrentHistoryLength(pages * fx.HistoryPerPage)
+		}
+		if in.Limit != wantOpts.PageSize {
+			return activities.PageResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("limit %d, want %d", in.Limit, wantOpts.PageSize), "Test", nil)
+		}
+		off := 0
+		if in.Cursor != "" {
+			var err error
+			if off, err = strconv.Atoi(in.Cursor); err != nil || off < 0 || off > fx.Audience {
+				return activities.PageResult{}, temporal.NewNonRetryableApplicationError("bad cursor "+in.Cursor, "Test", err)
 			}
-			if in.Limit != wantOpts.PageSize {
+		}
+		end := min(off+in.Limit, fx.Audience)
+		var p activities.PageResult
+		for i := off; i < end; i++ {
+			p.Recipients = append(p.Recipients, fanout.Recipient{ID: recipientID(i), Address: "addr-" + recipientID(i)})
+		}
+		if end < fx.Audience || (fx.EmptyTail && off < fx.Audience) {
+			p.NextCursor = strconv.Itoa(end)
+		}
+		single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
+		if fx.Staged && !single && len(p.Recipients) > 0 {
+			want := wantOpts.BatchSize
+			if in.Cursor != "" && in.FirstBatch >= wantOpts.Window {
+				want = wantOpts.LargeBatch()
+			}
+			if in.BatchSize != want {
 				return activities.PageResult{}, temporal.NewNonRetryableApplicationError(
-					fmt.Sprintf("limit %d, want %d", in.Limit, wantOpts.PageSize), "Test", nil)
+					fmt.Sprintf("batch size %d, want %d", in.BatchSize, want), "Test", nil)
 			}
-			off := 0
-			if in.Cursor != "" {
-				var err error
-				if off, err = strconv.Atoi(in.Cursor); err != nil || off < 0 || off > fx.Audience {
-					return activities.PageResult{}, temporal.NewNonRetryableApplicationError("bad cursor "+in.Cursor, "Test", err)
-				}
+			p.Count = len(p.Recipients)
+			rec.mu.Lock()
+			for i, b := range slices.Collect(slices.Chunk(p.Recipients, in.BatchSize)) {
+				key := fmt.Sprintf("stage/%d", in.FirstBatch+i)
+				rec.staged[key] = b
+				p.Batches = append(p.Batches, activities.BatchRef{N: in.FirstBatch + i, Key: key, Count: len(b), PageCursor: in.Cursor})
 			}
-			end := min(off+in.Limit, fx.Audience)
-			var p activities.PageResult
-			for i := off; i < end; i++ {
-				p.Recipients = append(p.Recipients, fanout.Recipient{ID: recipientID(i), Address: "addr-" + recipientID(i)})
-			}
-			if end < fx.Audience || (fx.EmptyTail && off < fx.Audience) {
-				p.NextCursor = strconv.Itoa(end)
-			}
-			single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
-			if fx.Staged && !single && len(p.Recipients) > 0 {
-				want := wantOpts.BatchSize
-				if in.Cursor != "" && in.FirstBatch >= wantOpts.Window {
-					want = wantOpts.LargeBatch()
-				}
-				if in.BatchSize != want {
-					return activities.PageResult{}, temporal.NewNonRetryableApplicationError(
-						fmt.Sprintf("batch size %d, want %d", in.BatchSize, want), "Test", nil)
-				}
-				p.Count = len(p.Recipients)
-				rec.mu.Lock()
-				for i, b := range slices.Collect(slices.Chunk(p.Recipients, in.BatchSize)) {
-					key := fmt.Sprintf("stage/%d", in.FirstBatch+i)
-					rec.staged[key] = b
-					p.Batches = append(p.Batches, activities.BatchRef{N: in.FirstBatch + i, Key: key, Count: len(b), PageCursor: in.Cursor})
-				}
-				rec.mu.Unlock()
-				p.Recipients = nil
-			}
-			return p, nil
-		})
+			rec.mu.Unlock()
+			p.Recipients = nil
+		}
+		return p, nil
+	}
+	env.OnActivity(a.RecipientsPage, mock.Anything, mock.Anything).After(fx.PageDelay).Return(pageFn)
 
-	env.OnActivity(a.DeliverBatch, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
+	startDeliver := func() {
 		rec.mu.Lock()
 		rec.inflight++
 		rec.maxInflight = max(rec.maxInflight, rec.inflight)
 		rec.mu.Unlock()
+	}
+	deliverFn := func(ctx context.Context, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		rec.inflight--
+		info := activity.GetInfo(ctx)
+		rec.delivers = append(rec.delivers, deliverCall{local: info.IsLocalActivity, queue: info.TaskQueue})
+		rec.paced = append(rec.paced, pacedCall{rate: in.Rate, from: in.PaceFrom, end: env.Now(), attempts: in.AttemptID})
+		if in.Ref != nil {
+			// A staged batch: the workflow passed only the ref.
+			if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
+				in.AttemptID != vocab.AttemptID(fx.Event.Type, fx.Event.ID, in.Ref.N) {
+				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: bad ref %+v", in.AttemptID, in.Ref))
+			}
+			// A staged batch keeps the payload: it may have to fetch its
+			// page again.
+			if string(in.Event.Payload) != string(fx.Event.Payload) {
+				rec.badInputs = append(rec.badInputs, in.AttemptID+": staged batch without the event payload")
+			}
+			in.Recipients = rec.staged[in.Ref.Key]
+		} else if len(in.Event.Payload) != 0 {
+			rec.badInputs = append(rec.badInputs, in.AttemptID+": batch with its recipients carries the payload")
+		}
+		if len(in.Recipients) == 0 || len(in.Recipients) > max(wantOpts.BatchSize, wantOpts.LargeBatch()) {
+			rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: %d recipients (batch size %d, large %d)", in.AttemptID, len(in.Recipients), wantOpts.BatchSize, wantOpts.LargeBatch()))
+		}
+		if in.Event.ID != fx.Event.ID || string(in.Message.Body) != string(testMessage.Body) ||
+			in.MaxAttempts != wantOpts.MaxAttempts || in.Concurrency != wantOpts.DeliverConcurrency {
+			rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: unexpected input %+v", in.AttemptID, in))
+		}
+		if fx.DeliverErr != nil {
+			if err := fx.DeliverErr(in); err != nil {
+				return activities.DeliverBatchResult{}, err
+			}
+		}
+		var res activities.DeliverBatchResult
+		for _, r := range in.Recipients {
+			rec.attempts[in.AttemptID] = append(rec.attempts[in.AttemptID], r.ID)
+			rec.perRecip[r.ID]++
+			o := delivered
+			if fx.Outcome != nil {
+				o = fx.Outcome(r)
+			}
+			switch o {
+			case delivered:
+				res.Delivered++
+			case duplicate:
+				res.Duplicates++
+			case failed:
+				res.Failed++
+				res.Failures = append(res.Failures, activities.Failure{Recipient: r, Attempts: 5, Permanent: true, Error: "gone"})
+			}
+		}
+		return res, nil
+	}
+	env.OnActivity(a.DeliverBatch, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
+		startDeliver()
 		return fx.DeliverDelay
-	}).Return(
-		func(ctx context.Context, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			rec.inflight--
-			info := activity.GetInfo(ctx)
-			rec.delivers = append(rec.delivers, deliverCall{local: info.IsLocalActivity, queue: info.TaskQueue})
-			rec.paced = append(rec.paced, pacedCall{rate: in.Rate, from: in.PaceFrom, end: env.Now(), attempts: in.AttemptID})
-			if in.Ref != nil {
-				// A staged batch: the workflow passed only the ref.
-				if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
-					in.AttemptID != vocab.AttemptID(fx.Event.Type, fx.Event.ID, in.Ref.N) {
-					rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: bad ref %+v", in.AttemptID, in.Ref))
-				}
-				// A staged batch keeps the payload: it may have to fetch its
-				// page again.
-				if string(in.Event.Payload) != string(fx.Event.Payload) {
-					rec.badInputs = append(rec.badInputs, in.AttemptID+": staged batch without the event payload")
-				}
-				in.Recipients = rec.staged[in.Ref.Key]
-			} else if len(in.Event.Payload) != 0 {
-				rec.badInputs = append(rec.badInputs, in.AttemptID+": batch with its recipients carries the payload")
+	}).Return(deliverFn)
+
+	// Open composes the mocks above as the real one composes the real
+	// activities.
+	env.OnActivity(a.Open, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in activities.OpenInput) (activities.OpenResult, error) {
+			if fx.OpenErr != nil {
+				return activities.OpenResult{}, fx.OpenErr
 			}
-			if len(in.Recipients) == 0 || len(in.Recipients) > max(wantOpts.BatchSize, wantOpts.LargeBatch()) {
-				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: %d recipients (batch size %d, large %d)", in.AttemptID, len(in.Recipients), wantOpts.BatchSize, wantOpts.LargeBatch()))
-			}
-			if in.Event.ID != fx.Event.ID || string(in.Message.Body) != string(testMessage.Body) ||
-				in.MaxAttempts != wantOpts.MaxAttempts || in.Concurrency != wantOpts.DeliverConcurrency {
-				rec.badInputs = append(rec.badInputs, fmt.Sprintf("%s: unexpected input %+v", in.AttemptID, in))
-			}
-			if fx.DeliverErr != nil {
-				if err := fx.DeliverErr(in); err != nil {
-					return activities.DeliverBatchResult{}, err
-				}
-			}
-			var res activities.DeliverBatchResult
-			for _, r := range in.Recipients {
-				rec.attempts[in.AttemptID] = append(rec.attempts[in.AttemptID], r.ID)
-				rec.perRecip[r.ID]++
-				o := delivered
-				if fx.Outcome != nil {
-					o = fx.Outcome(r)
-				}
-				switch o {
-				case delivered:
-					res.Delivered++
-				case duplicate:
-					res.Duplicates++
-				case failed:
-					res.Failed++
-					res.Failures = append(res.Failures, activities.Failure{Recipient: r, Attempts: 5, Permanent: true, Error: "gone"})
-				}
-			}
-			return res, nil
+			return activities.OpenSteps{Prepare: prepareFn, Page: pageFn, Deliver: func(ctx context.Context, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
+				startDeliver()
+				return deliverFn(ctx, in)
+			}}.Open(ctx, in)
 		})
 
 	env.OnActivity(a.DeadLetterBatch, mock.Anything, mock.Anything).Return(
@@ -296,6 +313,10 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	})
 	return env
 }
+
+// flows are the first-task shapes the tests run: the three local
+// activities of older histories and Open.
+var flows = []int{0, FlowOpen}
 
 func testEvent(id string) fanout.Event {
 	return fanout.Event{ID: id, Type: "news", Payload: json.RawMessage(`{"topic":"launch"}`)}
@@ -430,32 +451,34 @@ func TestFanoutPaging(t *testing.T) {
 		{"large batches after a window", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 10, LargeBatchSize: 250}, false, true},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			fx := fixture{Event: testEvent("ev-" + tc.name), Audience: tc.n, Options: tc.opts, EmptyTail: tc.emptyTail,
-				PageDelay: time.Second, DeliverDelay: time.Minute, Staged: tc.staged}
-			rec := newRecorder()
-			env := newEnv(t, fx, rec)
-			res := runToResult(t, env, FanoutInput{Event: fx.Event})
+		for _, flow := range flows {
+			t.Run(fmt.Sprintf("%s/flow %d", tc.name, flow), func(t *testing.T) {
+				fx := fixture{Event: testEvent("ev-" + tc.name), Audience: tc.n, Options: tc.opts, EmptyTail: tc.emptyTail,
+					PageDelay: time.Second, DeliverDelay: time.Minute, Staged: tc.staged}
+				rec := newRecorder()
+				env := newEnv(t, fx, rec)
+				res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: flow})
 
-			pages, batches := expectedShape(tc.n, tc.opts, tc.emptyTail)
-			want := Progress{Found: int64(tc.n), Delivered: int64(tc.n), BatchesStarted: batches,
-				BatchesCompleted: batches, Pages: pages, Runs: 1, PagingDone: true}
-			if res.Progress != want {
-				t.Errorf("result %+v\nwant   %+v", res.Progress, want)
-			}
-			// The first page holds the whole audience and fits a batch: inline.
-			d := tc.opts.WithDefaults()
-			inline := !tc.emptyTail && tc.n <= d.BatchSize && tc.n <= d.PageSize
-			checkDelivery(t, rec, fx.Event, tc.n, batches, inline)
-			if rec.prepares != 1 {
-				t.Errorf("Prepare called %d times", rec.prepares)
-			}
-			// The bridge sets the event type at start; the workflow only
-			// upserts the default priority and the final status.
-			if rec.status != vocab.StatusCompleted || rec.eventType != "" {
-				t.Errorf("search attributes: status %q event type %q", rec.status, rec.eventType)
-			}
-		})
+				pages, batches := expectedShape(tc.n, tc.opts, tc.emptyTail)
+				want := Progress{Found: int64(tc.n), Delivered: int64(tc.n), BatchesStarted: batches,
+					BatchesCompleted: batches, Pages: pages, Runs: 1, PagingDone: true}
+				if res.Progress != want {
+					t.Errorf("result %+v\nwant   %+v", res.Progress, want)
+				}
+				// The first page holds the whole audience and fits a batch: inline.
+				d := tc.opts.WithDefaults()
+				inline := !tc.emptyTail && tc.n <= d.BatchSize && tc.n <= d.PageSize
+				checkDelivery(t, rec, fx.Event, tc.n, batches, inline)
+				if rec.prepares != 1 {
+					t.Errorf("Prepare called %d times", rec.prepares)
+				}
+				// The bridge sets the event type at start; the workflow only
+				// upserts the default priority and the final status.
+				if rec.status != vocab.StatusCompleted || rec.eventType != "" {
+					t.Errorf("search attributes: status %q event type %q", rec.status, rec.eventType)
+				}
+			})
+		}
 	}
 }
 
@@ -682,24 +705,28 @@ func TestFanoutFailedBatch(t *testing.T) {
 }
 
 func TestFanoutPrepareFails(t *testing.T) {
-	fx := fixture{Event: testEvent("ev-prep"), Audience: 10,
-		PrepareErr: temporal.NewNonRetryableApplicationError("event type not registered", activities.ErrUnknownEventType, nil)}
-	rec := newRecorder()
-	env := newEnv(t, fx, rec)
-	env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event})
-	if !env.IsWorkflowCompleted() {
-		t.Fatal("workflow did not complete")
-	}
-	err := env.GetWorkflowError()
-	var ae *temporal.ApplicationError
-	if !errors.As(err, &ae) || ae.Type() != activities.ErrUnknownEventType {
-		t.Fatalf("workflow error %v, want UnknownEventType", err)
-	}
-	if rec.prepares != 1 || rec.pages != 0 || len(rec.childIDs) != 0 {
-		t.Errorf("Prepare %d calls, RecipientsPage %d calls, %d children; want 1, 0, 0", rec.prepares, rec.pages, len(rec.childIDs))
-	}
-	if rec.status != vocab.StatusFailed {
-		t.Errorf("status %q, want %q", rec.status, vocab.StatusFailed)
+	for _, flow := range flows {
+		t.Run(fmt.Sprintf("flow %d", flow), func(t *testing.T) {
+			fx := fixture{Event: testEvent("ev-prep"), Audience: 10,
+				PrepareErr: temporal.NewNonRetryableApplicationError("event type not registered", activities.ErrUnknownEventType, nil)}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event, Flow: flow})
+			if !env.IsWorkflowCompleted() {
+				t.Fatal("workflow did not complete")
+			}
+			err := env.GetWorkflowError()
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) || ae.Type() != activities.ErrUnknownEventType {
+				t.Fatalf("workflow error %v, want UnknownEventType", err)
+			}
+			if rec.prepares != 1 || rec.pages != 0 || len(rec.childIDs) != 0 {
+				t.Errorf("Prepare %d calls, RecipientsPage %d calls, %d children; want 1, 0, 0", rec.prepares, rec.pages, len(rec.childIDs))
+			}
+			if rec.status != vocab.StatusFailed {
+				t.Errorf("status %q, want %q", rec.status, vocab.StatusFailed)
+			}
+		})
 	}
 }
 
@@ -714,28 +741,30 @@ func TestFanoutPriority(t *testing.T) {
 		{"", "", fanout.PriorityNormal},
 	}
 	for _, tc := range tests {
-		t.Run(fmt.Sprintf("event %q default %q", tc.event, tc.typeDefault), func(t *testing.T) {
-			ev := testEvent("ev-prio")
-			ev.Priority = tc.event
-			fx := fixture{Event: ev, Audience: 250,
-				Options: fanout.TypeOptions{BatchSize: 100, PageSize: 100, DefaultPriority: tc.typeDefault}}
-			rec := newRecorder()
-			env := newEnv(t, fx, rec)
-			runToResult(t, env, FanoutInput{Event: ev})
-			wantQ := vocab.DeliveryTaskQueue(tc.want)
-			if len(rec.childIDs) != 3 || len(rec.childQueues) != 1 || !rec.childQueues[wantQ] {
-				t.Errorf("%d children on task queues %v, want 3 on %s", len(rec.childIDs), rec.childQueues, wantQ)
-			}
-			// An event's own priority is set by the bridge at start; the
-			// workflow upserts only a type default.
-			wantSA := string(tc.want)
-			if tc.event != "" {
-				wantSA = ""
-			}
-			if rec.priority != wantSA {
-				t.Errorf("priority search attribute %q, want %q", rec.priority, wantSA)
-			}
-		})
+		for _, flow := range flows {
+			t.Run(fmt.Sprintf("event %q default %q flow %d", tc.event, tc.typeDefault, flow), func(t *testing.T) {
+				ev := testEvent("ev-prio")
+				ev.Priority = tc.event
+				fx := fixture{Event: ev, Audience: 250,
+					Options: fanout.TypeOptions{BatchSize: 100, PageSize: 100, DefaultPriority: tc.typeDefault}}
+				rec := newRecorder()
+				env := newEnv(t, fx, rec)
+				runToResult(t, env, FanoutInput{Event: ev, Flow: flow})
+				wantQ := vocab.DeliveryTaskQueue(tc.want)
+				if len(rec.childIDs) != 3 || len(rec.childQueues) != 1 || !rec.childQueues[wantQ] {
+					t.Errorf("%d children on task queues %v, want 3 on %s", len(rec.childIDs), rec.childQueues, wantQ)
+				}
+				// An event's own priority is set by the bridge at start; the
+				// workflow upserts only a type default.
+				wantSA := string(tc.want)
+				if tc.event != "" {
+					wantSA = ""
+				}
+				if rec.priority != wantSA {
+					t.Errorf("priority search attribute %q, want %q", rec.priority, wantSA)
+				}
+			})
+		}
 	}
 }
 
@@ -775,46 +804,48 @@ func TestFanoutLocalDelivery(t *testing.T) {
 			want:      []deliverCall{{local: true, queue: vocab.EventsTaskQueue}}, failed: 20},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ev := testEvent("ev-local")
-			ev.Priority = fanout.PriorityHigh
-			calls := 0
-			fx := fixture{Event: ev, Audience: tc.n, Options: fanout.TypeOptions{LocalDeliveryMax: tc.localMax},
-				DeliverErr: func(activities.DeliverBatchInput) error {
-					calls++
-					if calls == 1 {
-						return tc.failFirst
-					}
-					return nil
-				}}
-			rec := newRecorder()
-			env := newEnv(t, fx, rec)
-			start := env.Now()
-			env.ExecuteWorkflow(Fanout, FanoutInput{Event: ev})
-			if !env.IsWorkflowCompleted() {
-				t.Fatal("workflow did not complete")
-			}
-			var res FanoutResult
-			if err := env.GetWorkflowResult(&res); err != nil && tc.failed == 0 {
-				t.Fatalf("workflow failed: %v", err)
-			}
-			if !slices.Equal(rec.delivers, tc.want) {
-				t.Errorf("DeliverBatch calls %+v, want %+v", rec.delivers, tc.want)
-			}
-			if len(rec.childIDs) != 0 {
-				t.Errorf("children %v, want none", rec.childIDs)
-			}
-			if el := env.Now().Sub(start); el < tc.minElapsed {
-				t.Errorf("fallback after %v, want at least %v (the activity's NextRetryDelay)", el, tc.minElapsed)
-			}
-			wantDelivered := int64(tc.n)
-			if tc.failed > 0 {
-				wantDelivered = 0
-			}
-			if res.Delivered != wantDelivered || res.Failed != tc.failed || res.BatchesCompleted != 1 {
-				t.Errorf("result %+v, want %d delivered, %d failed, 1 batch", res.Progress, wantDelivered, tc.failed)
-			}
-		})
+		for _, flow := range flows {
+			t.Run(fmt.Sprintf("%s/flow %d", tc.name, flow), func(t *testing.T) {
+				ev := testEvent("ev-local")
+				ev.Priority = fanout.PriorityHigh
+				calls := 0
+				fx := fixture{Event: ev, Audience: tc.n, Options: fanout.TypeOptions{LocalDeliveryMax: tc.localMax},
+					DeliverErr: func(activities.DeliverBatchInput) error {
+						calls++
+						if calls == 1 {
+							return tc.failFirst
+						}
+						return nil
+					}}
+				rec := newRecorder()
+				env := newEnv(t, fx, rec)
+				start := env.Now()
+				env.ExecuteWorkflow(Fanout, FanoutInput{Event: ev, Flow: flow})
+				if !env.IsWorkflowCompleted() {
+					t.Fatal("workflow did not complete")
+				}
+				var res FanoutResult
+				if err := env.GetWorkflowResult(&res); err != nil && tc.failed == 0 {
+					t.Fatalf("workflow failed: %v", err)
+				}
+				if !slices.Equal(rec.delivers, tc.want) {
+					t.Errorf("DeliverBatch calls %+v, want %+v", rec.delivers, tc.want)
+				}
+				if len(rec.childIDs) != 0 {
+					t.Errorf("children %v, want none", rec.childIDs)
+				}
+				if el := env.Now().Sub(start); el < tc.minElapsed {
+					t.Errorf("fallback after %v, want at least %v (the activity's NextRetryDelay)", el, tc.minElapsed)
+				}
+				wantDelivered := int64(tc.n)
+				if tc.failed > 0 {
+					wantDelivered = 0
+				}
+				if res.Delivered != wantDelivered || res.Failed != tc.failed || res.BatchesCompleted != 1 {
+					t.Errorf("result %+v, want %d delivered, %d failed, 1 batch", res.Progress, wantDelivered, tc.failed)
+				}
+			})
+		}
 	}
 }
 
@@ -849,6 +880,41 @@ func TestFanoutAudienceBounds(t *testing.T) {
 			}
 			if prog.Delivered != c.wantDelivered || prog.Found != c.wantDelivered {
 				t.Errorf("found %d, delivered %d; want %d each", prog.Found, prog.Delivered, c.wantDelivered)
+			}
+		})
+	}
+}
+
+// TestFanoutOpenIsOneLocalActivity: with FlowOpen a small event's first
+// (and only) workflow task runs one local activity, so its history holds
+// one marker instead of the three of older histories; a transient Prepare
+// failure falls back to the steps one by one.
+func TestFanoutOpenIsOneLocalActivity(t *testing.T) {
+	tests := []struct {
+		name       string
+		flow       int
+		prepareErr error
+		want       []string
+	}{
+		{"flow 0", 0, nil, []string{"Prepare", "RecipientsPage", "DeliverBatch"}},
+		{"open", FlowOpen, nil, []string{"Open"}},
+		{"open, Prepare fails once", FlowOpen, errors.New("message service unavailable"), []string{"Open", "Prepare", "RecipientsPage", "DeliverBatch"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := fixture{Event: testEvent("ev-open"), Audience: 20, Options: fanout.TypeOptions{LocalDeliveryMax: 100}, OpenErr: tc.prepareErr}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			var las []string
+			env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
+				las = append(las, info.ActivityType.Name)
+			})
+			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: tc.flow})
+			if !slices.Equal(las, tc.want) {
+				t.Errorf("local activities %v, want %v", las, tc.want)
+			}
+			if res.Delivered != 20 || res.BatchesCompleted != 1 || len(rec.childIDs) != 0 {
+				t.Errorf("result %+v, children %v", res.Progress, rec.childIDs)
 			}
 		})
 	}

@@ -1,0 +1,134 @@
+package activities
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+// LocalDeliverTimeout bounds a delivery on the fast path (in the events
+// worker, within the event's first workflow task); a slower batch is handed
+// to the delivery queue.
+const LocalDeliverTimeout = 10 * time.Second
+
+// OpenInput is the input of Open.
+type OpenInput struct {
+	Event fanout.Event
+}
+
+// OpenResult is what Open did: the message and options (Prepare's result),
+// the first page (RecipientsPage's) and, when the whole audience is one
+// batch of at most LocalDeliveryMax recipients, that batch's delivery.
+type OpenResult struct {
+	Prepared PrepareResult
+	// Paged is false when the first page was not asked for (an unknown
+	// priority) or failed: the workflow then asks again with
+	// RecipientsPage, which reports the error.
+	Paged bool       `json:",omitempty"`
+	Page  PageResult `json:",omitzero"`
+	// Delivered is true when the one batch was delivered here, with
+	// Delivery its outcome.
+	Delivered bool               `json:",omitempty"`
+	Delivery  DeliverBatchResult `json:",omitzero"`
+	// DeliverError is why the delivery tried here did not finish. The
+	// workflow hands the batch to a DeliverBatch activity on the delivery
+	// queue after DeliverRetryDelay, with the same attempt id, so what was
+	// delivered here is skipped; unless the error is non-retryable
+	// (DeliverErrorType names it), which fails the batch as it would fail
+	// that activity.
+	DeliverError        string        `json:",omitempty"`
+	DeliverErrorType    string        `json:",omitempty"`
+	DeliverNonRetryable bool          `json:",omitempty"`
+	DeliverRetryDelay   time.Duration `json:",omitempty"`
+}
+
+// Open runs an event's first steps in one local activity: Prepare, the
+// first page, and the delivery of an audience that is one small batch, so
+// that such an event records one marker in its only workflow task instead
+// of three. Only Prepare's errors fail it; a failed page is asked again by
+// the workflow, and a failed delivery handed to the delivery queue.
+func (a *Activities) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
+	return OpenSteps{Prepare: a.Prepare, Page: a.RecipientsPage, Deliver: a.DeliverBatch, Logger: a.Logger}.Open(ctx, in)
+}
+
+// OpenSteps are the steps Open runs (the Activities' own; the workflow
+// tests give theirs).
+type OpenSteps struct {
+	Prepare func(context.Context, PrepareInput) (PrepareResult, error)
+	Page    func(context.Context, RecipientsPageInput) (PageResult, error)
+	Deliver func(context.Context, DeliverBatchInput) (DeliverBatchResult, error)
+	Logger  *slog.Logger
+}
+
+// Open is Activities.Open with s's steps.
+func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
+	prep, err := s.Prepare(ctx, PrepareInput(in))
+	if err != nil {
+		return OpenResult{}, err
+	}
+	res := OpenResult{Prepared: prep}
+	opts := prep.Options.WithDefaults()
+	prio := cmp.Or(in.Event.Priority, opts.DefaultPriority)
+	if !prio.Valid() {
+		return res, nil // the workflow fails the event
+	}
+	page, err := s.Page(ctx, RecipientsPageInput{Event: in.Event, Limit: opts.PageSize, BatchSize: opts.BatchSize})
+	if err != nil {
+		if s.Logger != nil {
+			s.Logger.WarnContext(ctx, "first page failed; the workflow asks again", "event", in.Event.ID, "error", err)
+		}
+		return res, nil
+	}
+	res.Paged, res.Page = true, page
+	if !page.OneBatch(opts.BatchSize) || len(page.Recipients) == 0 || len(page.Recipients) > opts.LocalDeliveryMax {
+		return res, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, min(LocalDeliverTimeout, opts.DeliverTimeout))
+	defer cancel()
+	d, err := s.Deliver(dctx, NewBatchInput(in.Event, prio, 0, prep.Message, opts, page.Recipients, nil))
+	if err != nil {
+		res.DeliverError = err.Error()
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) {
+			res.DeliverErrorType, res.DeliverNonRetryable, res.DeliverRetryDelay = ae.Type(), ae.NonRetryable(), ae.NextRetryDelay()
+		}
+		return res, nil
+	}
+	res.Delivered, res.Delivery = true, d
+	return res, nil
+}
+
+// OneBatch reports whether the page is the whole audience in one batch of
+// at most batchSize recipients, carried inline.
+func (p PageResult) OneBatch(batchSize int) bool {
+	return p.NextCursor == "" && len(p.Batches) == 0 && len(p.Recipients) <= batchSize
+}
+
+// NewBatchInput is the DeliverBatchInput of batch n of an event: recips
+// inline, or the staged batch ref. A batch that carries its recipients gets
+// the event without the payload (consumed by get_recipients and
+// generate_broadcast_message), so a large payload is not copied into every
+// batch's input and the parent's history; a staged batch keeps it, to fetch
+// its page again should the staged copy be lost.
+func NewBatchInput(ev fanout.Event, prio fanout.Priority, n int, msg fanout.Message, opts fanout.TypeOptions, recips []fanout.Recipient, ref *BatchRef) DeliverBatchInput {
+	if ref == nil {
+		ev.Payload = nil
+	}
+	return DeliverBatchInput{
+		Event:       ev,
+		Priority:    prio,
+		AttemptID:   vocab.AttemptID(ev.Type, ev.ID, n),
+		Recipients:  recips,
+		Ref:         ref,
+		Message:     msg,
+		MaxAttempts: opts.MaxAttempts,
+		Concurrency: opts.DeliverConcurrency,
+	}
+}
