@@ -48,3 +48,22 @@ func TestDiffCPURestartedProcess(t *testing.T) {
 		t.Fatalf("diffCPU = %v; want temporal 7 (restarted), sink 3", d)
 	}
 }
+
+func TestTemporalCosts(t *testing.T) {
+	light := Row{Scenario: "light-relative", Size: 2000, Seconds: 40, EventsPerSec: 50, DeliveriesPerSec: 1000, CPUSeconds: map[string]float64{"temporal": 10}}
+	temporalCosts(&light)
+	// 10 s over 2,000 events and 40,000 deliveries.
+	if light.TemporalMsPerEvent != 5 || light.TemporalMsPer1000 != 250 {
+		t.Errorf("light: %v ms/event, %v ms/1000; want 5, 250", light.TemporalMsPerEvent, light.TemporalMsPer1000)
+	}
+	heavy := Row{Scenario: "heavy", Size: 1_000_000, Seconds: 50, DeliveriesPerSec: 20_000, CPUSeconds: map[string]float64{"temporal": 12}}
+	temporalCosts(&heavy)
+	if heavy.TemporalMsPerEvent != 0 || heavy.TemporalMsPer1000 != 12 {
+		t.Errorf("heavy: %v ms/event, %v ms/1000; want none, 12", heavy.TemporalMsPerEvent, heavy.TemporalMsPer1000)
+	}
+	iso := Row{Scenario: "isolation", Size: 2000, Seconds: 40, EventsPerSec: 50, DeliveriesPerSec: 1000, CPUSeconds: map[string]float64{"temporal": 30}}
+	temporalCosts(&iso)
+	if iso.TemporalMsPerEvent != 0 || iso.TemporalMsPer1000 != 0 {
+		t.Errorf("isolation (small and big events mixed): %v, %v; want neither", iso.TemporalMsPerEvent, iso.TemporalMsPer1000)
+	}
+}

@@ -50,6 +50,12 @@ type Row struct {
 	// does not move with whatever else shares the machine.
 	CPUUsPerDelivery      map[string]float64 `json:"cpu_us_per_delivery,omitempty"`
 	CPUUsPerDeliveryTotal float64            `json:"cpu_us_per_delivery_total,omitempty"`
+	// TemporalMsPerEvent is the Temporal server's CPU per event
+	// (milliseconds), for the scenarios of small events;
+	// TemporalMsPer1000 its CPU per 1,000 deliveries, for every scenario
+	// that delivers through fanout.
+	TemporalMsPerEvent float64 `json:"temporal_ms_per_event,omitempty"`
+	TemporalMsPer1000  float64 `json:"temporal_ms_per_1000_deliveries,omitempty"`
 	// CPURatio is a total CPU per delivery divided by the floor's.
 	CPURatio   float64 `json:"cpu_ratio,omitempty"`
 	CPURatioOf string  `json:"cpu_ratio_of,omitempty"`
@@ -88,7 +94,7 @@ func (s sizes) scaled(f float64) sizes {
 	return s
 }
 
-var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "isolation", "scaling", "dedup"}
+var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "light-relative", "isolation", "isolation-relative", "scaling", "dedup"}
 
 // optInScenarios run only when named with -only.
 var optInScenarios = []string{"huge"}
@@ -168,6 +174,7 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 	scenarios := map[string]func(context.Context) (Row, error){
 		"heavy": b.heavy, "floor": b.floor, "heavy-stock": b.heavyStock, "light": b.lightPaced, "light-burst": b.lightBurst,
 		"isolation": b.isolation, "scaling": b.scaling, "dedup": b.dedup, "huge": b.huge,
+		"light-relative": b.lightRelative, "isolation-relative": b.isolationRelative,
 	}
 	for _, name := range append(allScenarios, optInScenarios...) {
 		if !slices.Contains(want, name) {
@@ -186,10 +193,32 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 			return rows, fmt.Errorf("%s: %w", name, err)
 		}
 		row.Scenario = name
+		temporalCosts(&row)
 		rows = append(rows, row)
 		fmt.Fprintf(out, "[bench %s] done in %v\n", name, time.Since(start).Round(100*time.Millisecond))
 	}
 	return rows, nil
+}
+
+// temporalCosts sets the Temporal server's CPU per event for the scenarios
+// of small events alone, and per 1,000 deliveries for those and the ones
+// of one big event (the isolation and scaling rows mix kinds, and the floor
+// has no Temporal).
+func temporalCosts(r *Row) {
+	cpu, ok := r.CPUSeconds["temporal"]
+	if !ok || r.Seconds <= 0 {
+		return
+	}
+	small := slices.Contains([]string{"light", "light-burst", "light-relative"}, r.Scenario)
+	if !small && !slices.Contains([]string{"heavy", "heavy-stock", "dedup", "huge"}, r.Scenario) {
+		return
+	}
+	if small {
+		r.TemporalMsPerEvent = cpu * 1000 / float64(r.Size)
+	}
+	if deliveries := r.DeliveriesPerSec * r.Seconds; deliveries > 0 {
+		r.TemporalMsPer1000 = cpu * 1e6 / deliveries
+	}
 }
 
 // benchSigningSecret signs the deliveries of a -secure run (a bench-only
@@ -198,10 +227,10 @@ const benchSigningSecret = "whsec_YmVuY2gtb25seS1zaWduaW5nLXNlY3JldC0zMmJ5dGU="
 
 func printTable(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tCPU µs/delivery\tpeak RSS MB\tCPU s\tnotes")
+	fmt.Fprintln(tw, "scenario\tsize\tseconds\tdeliveries/s\tevents/s\tp50 ms\tp99 ms\tratio\tTemporal CPU ms/event\tms/1000 deliveries\tCPU µs/delivery\tpeak RSS MB\tCPU s\tnotes")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
-			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratioOf(r.Ratio, r.RatioOf),
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Size, r.Seconds,
+			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratioOf(r.Ratio, r.RatioOf), dec(r.TemporalMsPerEvent), dec(r.TemporalMsPer1000),
 			cpuCell(r), perProc(r.PeakRSSMB, "%.0f"), perProc(r.CPUSeconds, "%.1f"), r.Notes)
 	}
 	tw.Flush()
@@ -265,6 +294,13 @@ func printCPUTable(w io.Writer, rows []Row) {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+func dec(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", f)
 }
 
 func num(f float64) string {

@@ -44,6 +44,7 @@ type bench struct {
 	floorRate float64 // deliveries/s of the floor
 	floorCPU  float64 // its CPU µs per delivery, client and sink
 	lastHeavy string  // event id of the last heavyRun
+	burstRate float64 // events/s of light-burst: the machine's capacity for small events
 }
 
 func (b *bench) id(prefix string) string {
@@ -434,19 +435,62 @@ func (b *bench) lightPaced(ctx context.Context) (Row, error) {
 }
 
 func (b *bench) lightBurst(ctx context.Context) (Row, error) {
-	return b.lightRun(ctx, "light-burst", 0, fanout.PriorityHigh)
+	r, err := b.lightRun(ctx, "light-burst", 0, fanout.PriorityHigh)
+	b.burstRate = r.EventsPerSec
+	return r, err
+}
+
+// relativeRate is half the machine's measured burst capacity for small
+// events: light-burst's events/s, measured first if this run has not.
+func (b *bench) relativeRate(ctx context.Context) (float64, error) {
+	if b.burstRate == 0 {
+		fmt.Fprintln(b.out, "[bench] measuring the burst capacity first (light-burst)")
+		if _, err := b.lightBurst(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return b.burstRate / 2, nil
+}
+
+// lightRelative is light at half the measured burst capacity: a load any
+// machine sustains, whatever its speed.
+func (b *bench) lightRelative(ctx context.Context) (Row, error) {
+	rate, err := b.relativeRate(ctx)
+	if err != nil {
+		return Row{}, err
+	}
+	r, err := b.lightRun(ctx, "light-relative", rate, fanout.PriorityHigh)
+	r.Notes += fmt.Sprintf("; half of light-burst's %.0f events/s", b.burstRate)
+	return r, err
+}
+
+// isolationRelative is isolation at half the measured burst capacity.
+func (b *bench) isolationRelative(ctx context.Context) (Row, error) {
+	rate, err := b.relativeRate(ctx)
+	if err != nil {
+		return Row{}, err
+	}
+	r, err := b.isolationAt(ctx, "isolation-relative", rate)
+	r.Notes += fmt.Sprintf("; half of light-burst's %.0f events/s", b.burstRate)
+	return r, err
 }
 
 // isolation runs the light scenario at the isolation rate alone, then again
 // while a heavy event delivers on the low-priority queue, and divides the
 // second p99 by the first.
 func (b *bench) isolation(ctx context.Context) (Row, error) {
-	base, err := b.lightRun(ctx, "isolation-alone", b.sz.isoRate, fanout.PriorityHigh)
+	return b.isolationAt(ctx, "isolation", b.sz.isoRate)
+}
+
+// isolationAt is the isolation scenario with the light events published
+// at rate per second.
+func (b *bench) isolationAt(ctx context.Context, label string, rate float64) (Row, error) {
+	base, err := b.lightRun(ctx, label+"-alone", rate, fanout.PriorityHigh)
 	if err != nil {
 		return Row{}, err
 	}
-	fmt.Fprintf(b.out, "[bench isolation] alone at %.0f events/s: p50 %.0f ms, p99 %.0f ms\n", b.sz.isoRate, base.P50Ms, base.P99Ms)
-	heavy := stack.Event{ID: b.id("isolation-heavy"), Audience: b.sz.isolationAud, Priority: fanout.PriorityLow}
+	fmt.Fprintf(b.out, "[bench %s] alone at %.0f events/s: p50 %.0f ms, p99 %.0f ms\n", label, rate, base.P50Ms, base.P99Ms)
+	heavy := stack.Event{ID: b.id(label + "-heavy"), Audience: b.sz.isolationAud, Priority: fanout.PriorityLow}
 	if err := b.st.Publish(ctx, heavy); err != nil {
 		return Row{}, err
 	}
@@ -457,14 +501,14 @@ func (b *bench) isolation(ctx context.Context) (Row, error) {
 	}
 	cancel()
 	before := b.unique(ctx, heavy.ID)
-	r, err := b.lightRun(ctx, "isolation", b.sz.isoRate, fanout.PriorityHigh)
+	r, err := b.lightRun(ctx, label, rate, fanout.PriorityHigh)
 	if err != nil {
 		return Row{}, err
 	}
 	during := b.unique(ctx, heavy.ID) - before
 	// Stop the heavy event: terminating the workflow terminates its batches.
 	if err := b.st.TC.TerminateWorkflow(ctx, stack.WorkflowID(heavy.ID), "", "bench: isolation scenario done"); err != nil {
-		fmt.Fprintf(b.out, "[bench isolation] terminate heavy: %v\n", err)
+		fmt.Fprintf(b.out, "[bench %s] terminate heavy: %v\n", label, err)
 	}
 	b.settle(ctx)
 	r.Ratio, r.RatioOf = r.P99Ms/base.P99Ms, "p99 beside heavy/alone"
