@@ -70,7 +70,7 @@ func run() error {
 	// Small batches, few attempts and fast retries, so every kind of
 	// execution happens within seconds.
 	opts := stack.Options{Log: os.Stderr, Env: []string{
-		"FANOUT_BATCH_SIZE=500", "FANOUT_MAX_ATTEMPTS=3", "FANOUT_RETRY_INITIAL=100ms", "FANOUT_RETRY_MAX=1s",
+		"FANOUT_BATCH_SIZE=500", "FANOUT_PAGE_SIZE=1500", "FANOUT_MAX_ATTEMPTS=3", "FANOUT_RETRY_INITIAL=100ms", "FANOUT_RETRY_MAX=1s",
 	}}
 	if *keep {
 		dir, err := os.MkdirTemp("", "fanout-histories-")
@@ -151,7 +151,7 @@ func (g *gen) inline(ctx context.Context) error {
 		return fmt.Errorf("unexpected result %+v", res.Progress)
 	}
 	return g.export(ctx, "fanout-inline.json", vocab.FanoutWorkflow, wid(evInline), "",
-		"Fanout of 20 recipients: message and first page as local activities, one DeliverBatch activity inline, no child")
+		"Fanout of 20 recipients: message, first page and delivery in one local activity (Open), no child")
 }
 
 // multiBatch: 3,000 recipients in six DeliveryBatch children of 500.
