@@ -43,6 +43,9 @@ type Report struct {
 	InFlightAtKills int     `json:"in_flight_at_kills"`
 	DeadLettered    int     `json:"dead_lettered"`
 	Redriven        int     `json:"redriven"`
+	Seconds         float64 `json:"seconds"`
+	Notes           string  `json:"notes"`
+
 	// At-most-once scenarios: Unconfirmed counts the recipients the gate
 	// marks unconfirmed (in flight at a fault, dead-lettered, not called
 	// again), MissingOutsideInFlight the missing recipients that are not
@@ -53,8 +56,6 @@ type Report struct {
 	MissingOutsideInFlight int `json:"missing_outside_in_flight,omitempty"`
 	InFlightCapacity       int `json:"in_flight_capacity,omitempty"`
 	MaxCalls               int `json:"max_calls,omitempty"`
-	Seconds         float64 `json:"seconds"`
-	Notes           string  `json:"notes"`
 }
 
 // Options configure the scenarios.
