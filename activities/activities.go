@@ -281,6 +281,9 @@ type DeliverBatchInput struct {
 	// it always was.
 	Rate     float64   `json:",omitzero"`
 	PaceFrom time.Time `json:",omitzero"`
+	// semantics is the type's delivery guarantee for this attempt (set by
+	// DeliverBatch from the registry; see semantics.go).
+	semantics fanout.Semantics
 }
 
 // Failure is a recipient that was not delivered.
@@ -293,12 +296,14 @@ type Failure struct {
 
 // DeliverBatchResult counts the batch's outcomes; every recipient is in
 // exactly one of Delivered, Duplicates and Failed. DeadLettered counts the
-// Failed ones that are in the deliveries DLQ.
+// Failed ones that are in the deliveries DLQ; Unconfirmed the Failed ones
+// an at-most-once batch gave up because a crash interrupted their call.
 type DeliverBatchResult struct {
 	Delivered    int
 	Duplicates   int
 	Failed       int
 	DeadLettered int
+	Unconfirmed  int `json:",omitempty"`
 	Failures     []Failure
 }
 
@@ -325,8 +330,11 @@ type outcome struct {
 // Permanent failures, and recipients that failed MaxAttempts times, go to
 // the deliveries DLQ and are not tried again (until a redrive).
 func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
-	h, _, err := a.handler(in.Event.Type)
+	h, opts, err := a.handler(in.Event.Type)
 	if err != nil {
+		return DeliverBatchResult{}, err
+	}
+	if ctx, err = a.useSemantics(ctx, &in, opts); err != nil {
 		return DeliverBatchResult{}, err
 	}
 	if in.Recipients, err = a.loadBatch(ctx, h, in); err != nil {
@@ -344,8 +352,12 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if err := a.countFailures(ctx, in, failed); err != nil {
 		return DeliverBatchResult{}, err
 	}
+	failed, spent, err := a.atMostOnceFailures(ctx, in, failed)
+	if err != nil {
+		return DeliverBatchResult{}, err
+	}
 	giveUp, retry := settle(failed, max(in.MaxAttempts, 1))
-	giveUp = append(rejected, giveUp...)
+	giveUp = append(append(rejected, giveUp...), spent...)
 	if err := a.deadLetter(ctx, in, giveUp); err != nil {
 		return DeliverBatchResult{}, err
 	}
@@ -389,7 +401,11 @@ func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) (todo []fa
 		}
 	}
 	todo = make([]fanout.Recipient, 0, len(cands))
+	var unconfirmed []fanout.Recipient
 	for i, v := range verdicts {
+		if v == gate.Unconfirmed && !in.atMostOnce() {
+			v = gate.Redeliver // at least once, an interrupted call is made again
+		}
 		switch v {
 		case gate.Deliver, gate.Redeliver:
 			if why, bad := invalid[cands[i].ID]; bad {
@@ -404,7 +420,16 @@ func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) (todo []fa
 		case gate.DeadLetteredByUs:
 			res.Failed++
 			res.DeadLettered++
+		case gate.Unconfirmed:
+			unconfirmed = append(unconfirmed, cands[i])
+		case gate.UnconfirmedByUs:
+			res.Failed++
+			res.DeadLettered++
+			res.Unconfirmed++
 		}
+	}
+	if err := a.giveUpUnconfirmed(ctx, in, unconfirmed, &res); err != nil {
+		return nil, nil, res, err
 	}
 	return todo, rejected, res, nil
 }
@@ -468,6 +493,8 @@ func (r *DeliverBatchResult) addDelivered(outcomes []outcome) []outcome {
 	for _, o := range outcomes {
 		if o.err == nil {
 			r.Delivered++
+		} else if errors.Is(o.err, errNotCalled) {
+			r.Duplicates++
 		} else {
 			failed = append(failed, o)
 		}
@@ -616,7 +643,14 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	for range min(conc, len(todo)) {
 		g.Go(func() error {
 			for r := range work {
-				derr := observeDeliver(gctx, h, in, r) // h.Deliver, timed (metrics.go)
+				derr := errNotCalled
+				call, err := a.markSending(gctx, in, r.ID) // at most once: mark, then call
+				if err != nil {
+					return err
+				}
+				if call {
+					derr = observeDeliver(gctx, h, in, r) // h.Deliver, timed (metrics.go)
+				}
 				o := outcome{r: r, err: derr}
 				if derr != nil {
 					o.retryAfter, _ = fanout.RetryAfterOf(derr)

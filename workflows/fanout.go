@@ -92,6 +92,9 @@ type Progress struct {
 	Paused   bool  `json:",omitempty"`
 	// Rate is the delivery rate cap in recipients per second (0: none).
 	Rate float64 `json:",omitempty"`
+	// Unconfirmed counts the Failed recipients of an at-most-once type
+	// whose call a crash interrupted (dead-lettered, not called again).
+	Unconfirmed int64 `json:",omitempty"`
 }
 
 // FanoutResult is the outcome of an event's fan-out.
@@ -619,6 +622,7 @@ func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size i
 		r.prog.Duplicates += int64(res.Duplicates)
 		r.prog.Failed += int64(res.Failed)
 		r.prog.DeadLettered += int64(res.DeadLettered)
+		r.prog.Unconfirmed += int64(res.Unconfirmed)
 	}
 }
 

@@ -63,6 +63,9 @@ const (
 	delivered outcome = iota
 	duplicate
 	failed
+	// unconfirmed: an at-most-once recipient whose call a crash
+	// interrupted (dead-lettered, counted Failed and Unconfirmed).
+	unconfirmed
 )
 
 var testMessage = fanout.Message{ContentType: "text/plain", Body: []byte("hello")}
@@ -247,6 +250,10 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			case failed:
 				res.Failed++
 				res.Failures = append(res.Failures, activities.Failure{Recipient: r, Attempts: 5, Permanent: true, Error: "gone"})
+			case unconfirmed:
+				res.Failed++
+				res.DeadLettered++
+				res.Unconfirmed++
 			}
 		}
 		return res, nil
@@ -663,6 +670,32 @@ func TestFanoutDeliveryOutcomes(t *testing.T) {
 	}
 	if rec.status != vocab.StatusCompletedWithFailures {
 		t.Errorf("status %q, want %q", rec.status, vocab.StatusCompletedWithFailures)
+	}
+}
+
+// TestFanoutCountsUnconfirmed: the at-most-once recipients a batch reports
+// unconfirmed are in the event's progress, among the failed and
+// dead-lettered ones.
+func TestFanoutCountsUnconfirmed(t *testing.T) {
+	const n = 300
+	outcomeOf := func(r fanout.Recipient) outcome {
+		if i, _ := strconv.Atoi(r.ID[1:]); i%13 == 0 {
+			return unconfirmed
+		}
+		return delivered
+	}
+	var want int64
+	for i := range n {
+		if outcomeOf(fanout.Recipient{ID: recipientID(i)}) == unconfirmed {
+			want++
+		}
+	}
+	fx := fixture{Event: testEvent("ev-amo"), Audience: n, Options: fanout.TypeOptions{BatchSize: 50, PageSize: 100, Window: 4, Semantics: fanout.AtMostOnce},
+		DeliverDelay: time.Minute, Outcome: outcomeOf}
+	env := newEnv(t, fx, newRecorder())
+	res := runToResult(t, env, FanoutInput{Event: fx.Event})
+	if res.Unconfirmed != want || res.Failed != want || res.DeadLettered != want || res.Delivered != n-want {
+		t.Errorf("result %+v, want Unconfirmed = Failed = DeadLettered = %d, Delivered %d", res.Progress, want, n-want)
 	}
 }
 

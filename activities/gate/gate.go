@@ -12,6 +12,15 @@
 // duplicate. After a delivery succeeds the key is overwritten with a delivered
 // mark, so later tries of any batch skip it. All keys of a batch go to Redis
 // in one pipeline.
+//
+// An at-most-once event type (fanout.AtMostOnce) adds one state: right
+// before its call, a recipient's key goes from the attempt id to a sending
+// mark (MarkSending, atomic, one per call), and the delivered mark replaces
+// it after the call. A later try that finds its own sending mark gets
+// Unconfirmed: the call was made, or may have been, and its outcome is
+// unknown, so an at-most-once batch does not call it again (it records it
+// with MarkUnconfirmed and dead-letters it); an at-least-once one delivers it
+// again, as it does a held key.
 package gate
 
 import (
@@ -39,6 +48,12 @@ const (
 	// DeadLetteredByUs: this attempt id gave up on it and sent it to the
 	// deliveries DLQ. A redrive (same attempt id) delivers it again.
 	DeadLetteredByUs
+	// Unconfirmed: this attempt id marked it sending (at-most-once) and
+	// never confirmed the call: a crash or a lost mark interrupted it.
+	Unconfirmed
+	// UnconfirmedByUs: this attempt id dead-lettered it as unconfirmed
+	// (MarkUnconfirmed). A redrive (same attempt id) delivers it again.
+	UnconfirmedByUs
 )
 
 // ShouldDeliver reports whether the recipient must be delivered now.
@@ -47,6 +62,8 @@ func (v Verdict) ShouldDeliver() bool { return v == Deliver || v == Redeliver }
 const (
 	deliveredPrefix    = "delivered:"
 	deadLetteredPrefix = "dead:"
+	sendingPrefix      = "sending:"
+	unconfirmedPrefix  = "unconfirmed:"
 )
 
 // DefaultTTL is how long a recipient's gate key lives: it must outlast every
@@ -110,6 +127,12 @@ func (g *Gate) Acquire(ctx context.Context, eventKey, attemptID string, recipien
 			out[i] = Redeliver
 		case prev == deadLetteredPrefix+attemptID:
 			out[i] = DeadLetteredByUs
+		case prev == sendingPrefix+attemptID:
+			out[i] = Unconfirmed
+		case prev == unconfirmedPrefix+attemptID && redrive:
+			out[i] = Redeliver
+		case prev == unconfirmedPrefix+attemptID:
+			out[i] = UnconfirmedByUs
 		default:
 			out[i] = Duplicate
 		}
@@ -130,6 +153,67 @@ func (g *Gate) MarkDelivered(ctx context.Context, eventKey, attemptID string, re
 func (g *Gate) MarkDeadLettered(ctx context.Context, eventKey, attemptID string, recipientIDs ...string) error {
 	if err := g.mark(ctx, eventKey, deadLetteredPrefix+attemptID, recipientIDs); err != nil {
 		return fmt.Errorf("gate mark dead-lettered: %w", err)
+	}
+	return nil
+}
+
+// MarkUnconfirmed records that attemptID gave up on the recipients it found
+// marked sending (at-most-once: their call's outcome is unknown; they are in
+// the deliveries DLQ), so retries of the batch skip them and count them.
+func (g *Gate) MarkUnconfirmed(ctx context.Context, eventKey, attemptID string, recipientIDs ...string) error {
+	if err := g.mark(ctx, eventKey, unconfirmedPrefix+attemptID, recipientIDs); err != nil {
+		return fmt.Errorf("gate mark unconfirmed: %w", err)
+	}
+	return nil
+}
+
+// sendScript moves a key from ARGV[1] (the attempt id), or from the
+// attempt's dead-lettered or unconfirmed mark (a redrive), to the sending
+// mark ARGV[2]; any other value stays and the script returns 0. Atomic, so
+// of two executions of the same attempt id at once (an activity timed out
+// while its first execution still runs) only one calls the recipient.
+var sendScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] or v == ARGV[3] or v == ARGV[4] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[5])
+  return 1
+end
+return 0`)
+
+// unsendScript moves a key from the sending mark ARGV[1] back to the attempt
+// id ARGV[2]; any other value stays.
+var unsendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0`)
+
+// MarkSending marks the recipient sending right before its at-most-once
+// call: the key must be held by attemptID (or, in a redrive, dead-lettered
+// or unconfirmed by it). It reports false, and marks nothing, when the key
+// holds anything else: the recipient must not be called.
+func (g *Gate) MarkSending(ctx context.Context, eventKey, attemptID, recipientID string) (bool, error) {
+	n, err := sendScript.Run(ctx, g.rdb, []string{g.Key(eventKey, recipientID)},
+		attemptID, sendingPrefix+attemptID, deadLetteredPrefix+attemptID, unconfirmedPrefix+attemptID, g.ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("gate mark sending: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Unsend moves recipients this attempt marked sending back to held by it:
+// their call failed in a way that proves the destination never got it
+// (fanout.NotSent), so a retry may call them.
+func (g *Gate) Unsend(ctx context.Context, eventKey, attemptID string, recipientIDs ...string) error {
+	for start := 0; start < len(recipientIDs); start += pipelineMax {
+		pipe := g.rdb.Pipeline()
+		for _, id := range recipientIDs[start:min(start+pipelineMax, len(recipientIDs))] {
+			unsendScript.Eval(ctx, pipe, []string{g.Key(eventKey, id)}, sendingPrefix+attemptID, attemptID, g.ttl.Milliseconds())
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("gate unsend: %w", err)
+		}
 	}
 	return nil
 }
@@ -192,15 +276,42 @@ func (g *Gate) Holder(ctx context.Context, eventKey, recipientID string) (attemp
 }
 
 // ParseValue reads a gate key's value: the attempt id that holds it, and
-// whether that attempt delivered or dead-lettered the recipient. A value
-// that is neither is held by an attempt that has not finished with it (a
-// delivery in flight, or one a crash interrupted).
+// whether that attempt delivered or dead-lettered the recipient (as
+// unconfirmed too). A value that is neither is held by an attempt that has
+// not finished with it (a delivery in flight, or one a crash interrupted).
 func ParseValue(v string) (attemptID string, delivered, deadLettered bool) {
-	if rest, found := strings.CutPrefix(v, deliveredPrefix); found {
-		return rest, true, false
+	attemptID, st := ParseState(v)
+	return attemptID, st == StateDelivered, st == StateDeadLettered || st == StateUnconfirmed
+}
+
+// State is what a gate key's value says of its recipient.
+type State uint8
+
+const (
+	// StateHeld: an attempt holds it and has not called it yet (or, at
+	// least-once, is calling it).
+	StateHeld State = iota
+	// StateSending: an at-most-once attempt is calling it, or was when it
+	// died.
+	StateSending
+	// StateDelivered: delivered.
+	StateDelivered
+	// StateDeadLettered: given up, in the deliveries DLQ.
+	StateDeadLettered
+	// StateUnconfirmed: found sending by a later try of its attempt and
+	// given up (at-most-once), in the deliveries DLQ.
+	StateUnconfirmed
+)
+
+// ParseState reads a gate key's value: the attempt id and its state.
+func ParseState(v string) (attemptID string, st State) {
+	for _, p := range []struct {
+		prefix string
+		st     State
+	}{{deliveredPrefix, StateDelivered}, {deadLetteredPrefix, StateDeadLettered}, {sendingPrefix, StateSending}, {unconfirmedPrefix, StateUnconfirmed}} {
+		if rest, found := strings.CutPrefix(v, p.prefix); found {
+			return rest, p.st
+		}
 	}
-	if rest, found := strings.CutPrefix(v, deadLetteredPrefix); found {
-		return rest, false, true
-	}
-	return v, false, false
+	return v, StateHeld
 }

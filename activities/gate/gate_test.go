@@ -83,6 +83,12 @@ func verdictName(v gate.Verdict) string {
 		return "DeliveredByUs"
 	case gate.Duplicate:
 		return "Duplicate"
+	case gate.DeadLetteredByUs:
+		return "DeadLetteredByUs"
+	case gate.Unconfirmed:
+		return "Unconfirmed"
+	case gate.UnconfirmedByUs:
+		return "UnconfirmedByUs"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
@@ -162,6 +168,9 @@ func TestVerdictShouldDeliver(t *testing.T) {
 		{gate.Redeliver, true},
 		{gate.DeliveredByUs, false},
 		{gate.Duplicate, false},
+		{gate.DeadLetteredByUs, false},
+		{gate.Unconfirmed, false},
+		{gate.UnconfirmedByUs, false},
 	}
 	for _, c := range cases {
 		if got := c.v.ShouldDeliver(); got != c.want {

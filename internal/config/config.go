@@ -123,6 +123,9 @@ type Worker struct {
 	// LargeBatchSize: batch size once an event has started a window of
 	// batches (0: the page size, at most 5,000; -1: FANOUT_BATCH_SIZE).
 	LargeBatchSize int `env:"FANOUT_LARGE_BATCH_SIZE"`
+	// Semantics is the webhook type's delivery guarantee: at-least-once
+	// (the default) or at-most-once (needs FANOUT_DEDUP=true).
+	Semantics fanout.Semantics `env:"FANOUT_SEMANTICS"`
 	// MaxAttempts, RetryInitial and RetryMax tune delivery retries.
 	MaxAttempts  int           `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`
 	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
@@ -286,6 +289,9 @@ func (w *Worker) Validate() error {
 		// TypeOptions name the field; say which variable set it.
 		return errors.New(typeOptionVars.Replace(err.Error()))
 	}
+	if w.Semantics == fanout.AtMostOnce && !w.Dedup {
+		return fmt.Errorf("FANOUT_SEMANTICS: %s needs the gate; FANOUT_DEDUP is false", w.Semantics)
+	}
 	if w.MaxAttempts < 1 {
 		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", w.MaxAttempts)
 	}
@@ -352,7 +358,8 @@ func validateMetricsAddr(addr string) error {
 var typeOptionVars = strings.NewReplacer(
 	"BatchSize:", "FANOUT_BATCH_SIZE:", "PageSize:", "FANOUT_PAGE_SIZE:", "Window:", "FANOUT_WINDOW:",
 	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
-	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:", "LargeBatchSize:", "FANOUT_LARGE_BATCH_SIZE:")
+	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:", "LargeBatchSize:", "FANOUT_LARGE_BATCH_SIZE:",
+	"Semantics:", "FANOUT_SEMANTICS:")
 
 // Webhook is the stock webhook type's handler as configured.
 func (w *Worker) Webhook() *webhook.Handler {
@@ -418,6 +425,7 @@ func (w *Worker) TypeOptions() fanout.TypeOptions {
 		BatchSize: w.BatchSize, PageSize: w.PageSize, Window: w.Window,
 		DeliverConcurrency: w.DeliverConcurrency, MaxAttempts: w.MaxAttempts,
 		LocalDeliveryMax: w.LocalDeliveryMax, LargeBatchSize: w.LargeBatchSize,
+		Semantics: w.Semantics,
 	}
 }
 

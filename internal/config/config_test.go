@@ -118,6 +118,15 @@ func TestLoadGoodValues(t *testing.T) {
 			},
 		},
 		{
+			name: "at-most-once for the webhook type",
+			env:  map[string]string{"FANOUT_SEMANTICS": "at-most-once"},
+			check: func(t *testing.T, _ Bridge, w Worker) {
+				if got := w.TypeOptions().Semantics; got != fanout.AtMostOnce {
+					t.Errorf("TypeOptions().Semantics = %q, want %q", got, fanout.AtMostOnce)
+				}
+			},
+		},
+		{
 			name: "empty value takes the default",
 			env:  map[string]string{"FANOUT_BATCH_SLOTS": "", "FANOUT_EVENTS_TOPIC": ""},
 			check: func(t *testing.T, b Bridge, w Worker) {
@@ -220,6 +229,8 @@ func TestLoadBadValues(t *testing.T) {
 		{"outbound allow-list with a bad prefix", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "FANOUT_OUTBOUND_ALLOW"},
 		{"outbound allow-list with a host name", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "metadata.internal"}, "FANOUT_OUTBOUND_ALLOW"},
 		{"recipients URL allow-list with a file URL", worker, map[string]string{"FANOUT_RECIPIENTS_URL_ALLOW": "file:///etc/"}, "FANOUT_RECIPIENTS_URL_ALLOW"},
+		{"unknown delivery semantics", worker, map[string]string{"FANOUT_SEMANTICS": "exactly-once"}, "FANOUT_SEMANTICS"},
+		{"at-most-once without the gate", worker, map[string]string{"FANOUT_SEMANTICS": "at-most-once", "FANOUT_DEDUP": "false"}, "FANOUT_SEMANTICS"},
 	}
 	runBadValues(t, cases)
 }

@@ -121,8 +121,12 @@ func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *h
 }
 
 // checkRedirect follows at most maxRedirects redirects, to http and https
-// only (the dial of each is guarded like the first).
+// only (the dial of each is guarded like the first); none for an
+// at-most-once delivery (see Deliver).
 func checkRedirect(req *http.Request, via []*http.Request) error {
+	if fanout.SemanticsOf(req.Context()) == fanout.AtMostOnce {
+		return http.ErrUseLastResponse
+	}
 	if len(via) > maxRedirects {
 		return fanout.Permanent(fmt.Errorf("stopped after %d redirects", maxRedirects))
 	}
@@ -373,6 +377,15 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 		req.Header[HeaderWebhookID] = []string{id}
 		req.Header[HeaderWebhookTimestamp] = []string{strconv.FormatInt(ts, 10)}
 		req.Header[HeaderWebhookSignature] = []string{h.Signer.Sign(id, ts, m.Body)}
+	}
+	if fanout.SemanticsOf(ctx) == fanout.AtMostOnce {
+		// One request per call: without GetBody the transport never replays
+		// the POST on another connection (it would, as the Idempotency-Key
+		// header makes it replayable, after a reused connection failed
+		// mid-request), and the client follows no redirect (checkRedirect):
+		// the destination may have acted on the first request. A 3xx is
+		// then a failure, given up at once like any other at most once.
+		req.GetBody = nil
 	}
 	resp, err := do(h.client(), req, spanDeliver)
 	if err != nil {

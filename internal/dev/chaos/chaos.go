@@ -5,7 +5,11 @@
 // worker or the bridge, replays the events topic, restarts Redis or the
 // Temporal server, makes the sink fail — and reports, from the sink's own
 // counts, how many recipients were expected, delivered, missing (must be 0)
-// and duplicated (bounded by what was in flight when something died).
+// and duplicated (bounded by what was in flight when something died). The
+// at-most-once scenarios (11, 12: fanout.AtMostOnce) turn that around: no
+// duplicate at all, and missing only recipients whose call was in flight at
+// a fault (left unconfirmed and dead-lettered), at most the workers'
+// in-flight capacity.
 package chaos
 
 import (
@@ -41,6 +45,17 @@ type Report struct {
 	Redriven        int     `json:"redriven"`
 	Seconds         float64 `json:"seconds"`
 	Notes           string  `json:"notes"`
+
+	// At-most-once scenarios: Unconfirmed counts the recipients the gate
+	// marks unconfirmed (in flight at a fault, dead-lettered, not called
+	// again), MissingOutsideInFlight the missing recipients that are not
+	// among them (must be 0), InFlightCapacity the most calls the faults
+	// could have interrupted (faults × batch slots × concurrency), and
+	// MaxCalls the most calls the sink got for one recipient (must be 1).
+	Unconfirmed            int `json:"unconfirmed,omitempty"`
+	MissingOutsideInFlight int `json:"missing_outside_in_flight,omitempty"`
+	InFlightCapacity       int `json:"in_flight_capacity,omitempty"`
+	MaxCalls               int `json:"max_calls,omitempty"`
 }
 
 // Options configure the scenarios.
@@ -80,6 +95,8 @@ type Scenario struct {
 	// Bounded: duplicates are allowed up to InFlightAtKills (the faults kill
 	// deliveries mid-flight); otherwise none are allowed.
 	Bounded bool
+	// AtMostOnce: the event type delivers at most once; see Problems.
+	AtMostOnce bool
 }
 
 // names are the scenario names, by number.
@@ -94,6 +111,8 @@ var names = [...]string{
 	8:  "sink 429 + Retry-After 2s",
 	9:  "duplicate recipients in pages",
 	10: "kill events worker+bridge x2",
+	11: "at-most-once: kill delivery worker x2",
+	12: "at-most-once: restart redis",
 }
 
 // Scenarios is the suite, in order.
@@ -108,6 +127,8 @@ var Scenarios = []Scenario{
 	{N: 8, Name: names[8], Size: 20000, Events: 1, Run: RateLimited},
 	{N: 9, Name: names[9], Size: 20000, Events: 1, Run: DuplicateRecipients},
 	{N: 10, Name: names[10], Size: 50, Events: 400, Run: KillEventsWorker, Bounded: true},
+	{N: 11, Name: names[11], Size: 50000, Events: 1, Run: AtMostOnceKillDeliveryWorker, AtMostOnce: true},
+	{N: 12, Name: names[12], Size: 40000, Events: 1, Run: AtMostOnceRestartRedis, AtMostOnce: true},
 }
 
 // ByNumber returns scenario n.
@@ -130,6 +151,9 @@ func (sc Scenario) AllowedDuplicates(r Report) int {
 
 // Problems lists what makes r a failure of sc (empty: it passed).
 func (sc Scenario) Problems(r Report) []string {
+	if sc.AtMostOnce {
+		return atMostOnceProblems(r)
+	}
 	var out []string
 	if r.Missing != 0 {
 		out = append(out, fmt.Sprintf("missing %d", r.Missing))
@@ -364,7 +388,7 @@ func (u *run) waitAll(ctx context.Context, ids ...string) (map[string]harnessRes
 		if err != nil {
 			return out, err
 		}
-		out[id] = harnessResult{res.Progress.Found, res.Progress.Delivered, res.Progress.Duplicates, res.Progress.Failed, res.Progress.DeadLettered}
+		out[id] = harnessResult{res.Progress.Found, res.Progress.Delivered, res.Progress.Duplicates, res.Progress.Failed, res.Progress.DeadLettered, res.Progress.Unconfirmed}
 	}
 	u.settle(ctx)
 	return out, nil
@@ -372,7 +396,7 @@ func (u *run) waitAll(ctx context.Context, ids ...string) (map[string]harnessRes
 
 // harnessResult is the part of a FanoutResult the scenarios look at.
 type harnessResult struct {
-	Found, Delivered, Duplicates, Failed, DeadLettered int64
+	Found, Delivered, Duplicates, Failed, DeadLettered, Unconfirmed int64
 }
 
 // waitTotals waits for the events like waitAll, sums their results and
@@ -395,6 +419,7 @@ func sumResults(m map[string]harnessResult) harnessResult {
 		t.Duplicates += r.Duplicates
 		t.Failed += r.Failed
 		t.DeadLettered += r.DeadLettered
+		t.Unconfirmed += r.Unconfirmed
 	}
 	return t
 }

@@ -120,3 +120,23 @@ func TestKillEventsWorker(t *testing.T) {
 		t.Errorf("no deliveries in flight at the kills: %+v", r)
 	}
 }
+
+// The at-most-once scenarios: no recipient called twice, and every missing
+// one was in flight at a fault (unconfirmed in the gate and the DLQ), at most
+// the in-flight capacity (checked by Problems).
+func TestAtMostOnceKillDeliveryWorker(t *testing.T) {
+	r := runScenario(t, 11, 10000)
+	if r.InFlightAtKills == 0 || r.Unconfirmed == 0 {
+		t.Errorf("no call in flight at the kills, nothing unconfirmed: %+v", r)
+	}
+	if r.MaxCalls != 1 {
+		t.Errorf("most calls to one recipient %d, want 1", r.MaxCalls)
+	}
+}
+
+func TestAtMostOnceRestartRedis(t *testing.T) {
+	r := runScenario(t, 12, 10000)
+	if r.MaxCalls != 1 {
+		t.Errorf("most calls to one recipient %d, want 1", r.MaxCalls)
+	}
+}

@@ -311,7 +311,7 @@ func ReplayTopic(ctx context.Context, o Options, size int) (Report, error) {
 // RestartRedis (scenario 4) stops redis-server (SIGTERM) at 30% delivered,
 // keeps it down 3 s and starts it again on its append-only file.
 func RestartRedis(ctx context.Context, o Options, size int) (Report, error) {
-	return restartMidway(ctx, o, 4, size, "redis", "stopping redis-server for 3s", func(ctx context.Context, u *run) error {
+	return restartMidway(ctx, o, 4, size, nil, "redis", "stopping redis-server for 3s", func(ctx context.Context, u *run) error {
 		return u.s.RestartRedis(ctx, 3*time.Second)
 	})
 }
@@ -319,16 +319,17 @@ func RestartRedis(ctx context.Context, o Options, size int) (Report, error) {
 // RestartTemporal (scenario 5) SIGKILLs the Temporal dev server at 30%
 // delivered and starts it again 2 s later on the same database file.
 func RestartTemporal(ctx context.Context, o Options, size int) (Report, error) {
-	return restartMidway(ctx, o, 5, size, "temporal", "SIGKILLing the Temporal dev server", func(ctx context.Context, u *run) error {
+	return restartMidway(ctx, o, 5, size, nil, "temporal", "SIGKILLing the Temporal dev server", func(ctx context.Context, u *run) error {
 		return u.s.RestartTemporal(ctx, 2*time.Second)
 	})
 }
 
 // restartMidway restarts a component (restart) once 30% of one event's
 // audience is delivered, and reports the gate keys held without a delivered
-// mark before and after as the deliveries in flight.
-func restartMidway(ctx context.Context, o Options, num, size int, what, doing string, restart func(context.Context, *run) error) (Report, error) {
-	return scenario(ctx, o, num, nil, func(ctx context.Context, u *run) error {
+// mark before and after as the deliveries in flight. env is added to every
+// process.
+func restartMidway(ctx context.Context, o Options, num, size int, env []string, what, doing string, restart func(context.Context, *run) error) (Report, error) {
+	return scenario(ctx, o, num, env, func(ctx context.Context, u *run) error {
 		u.slowSink(SinkLatency)
 		if err := u.startProcs(); err != nil {
 			return err
@@ -363,12 +364,21 @@ func restartMidway(ctx context.Context, o Options, num, size int, what, doing st
 		down := time.Since(t0).Seconds()
 		u.logf("%s back after %.1fs; %d keys held without a delivered mark", what, down, h2)
 		u.r.InFlightAtKills = max(h1, h2)
+		if isAtMostOnce(env) {
+			// The calls the outage interrupted: marked sending, unconfirmed.
+			if u.r.InFlightAtKills, err = u.sending(ctx, ev.ID); err != nil {
+				return err
+			}
+		}
 		u.note("%s down %.1fs at %d delivered; held keys %d before, %d after", what, down, uniq, h1, h2)
 		t, err := u.waitTotals(ctx, ev.ID)
 		if err != nil {
 			return err
 		}
 		u.note("workflow: delivered %d, gate duplicates %d, failed %d", t.Delivered, t.Duplicates, t.Failed)
+		if isAtMostOnce(env) {
+			return u.atMostOnceFigures(ctx, ev.ID, 1)
+		}
 		return nil
 	})
 }
