@@ -34,6 +34,9 @@ type FanoutInput struct {
 	// MaxHistoryLength makes the run continue-as-new once its history is
 	// longer (0: only when Temporal suggests it). For tests and tuning.
 	MaxHistoryLength int `json:",omitempty"`
+	// ScheduleHorizon bounds how far ahead the reschedule update may move
+	// a scheduled event (0: DefaultScheduleHorizon). See schedule.go.
+	ScheduleHorizon time.Duration `json:",omitempty"`
 }
 
 // FanoutState is what a run hands to the next one.
@@ -80,6 +83,8 @@ type Progress struct {
 	Paused   bool  `json:",omitempty"`
 	// Rate is the delivery rate cap in recipients per second (0: none).
 	Rate float64 `json:",omitempty"`
+	// ScheduledFor is the time a scheduled event waits (or waited) for.
+	ScheduledFor time.Time `json:",omitzero"`
 }
 
 // FanoutResult is the outcome of an event's fan-out.
@@ -110,6 +115,8 @@ type fanoutRun struct {
 	laneShare        float64
 	// lanesVersion caches the rate-lanes version (-2: not asked yet).
 	lanesVersion workflow.Version
+	// sched is a scheduled event's wait (schedule.go).
+	sched schedule
 }
 
 // batchPace is the pace of one batch: its share of the rate cap per second
@@ -179,7 +186,7 @@ func (r *fanoutRun) registerHandlers() error {
 		r.prog.Paused = false
 		r.wake.SendAsync(true)
 		r.setDetails()
-		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(vocab.StatusRunning))
+		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(r.status()))
 	}, workflow.UpdateHandlerOptions{Validator: func() error {
 		if !r.prog.Paused {
 			return errors.New("not paused")
@@ -188,7 +195,7 @@ func (r *fanoutRun) registerHandlers() error {
 	}}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.SetRateUpdate, func(ctx workflow.Context, perSecond float64) (Progress, error) {
+	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.SetRateUpdate, func(ctx workflow.Context, perSecond float64) (Progress, error) {
 		r.prog.Rate = perSecond
 		r.wake.SendAsync(true)
 		r.setDetails()
@@ -198,7 +205,10 @@ func (r *fanoutRun) registerHandlers() error {
 			return fmt.Errorf("rate %v outside 0 (no cap) .. 10000000 recipients/s", perSecond)
 		}
 		return active()
-	}})
+	}}); err != nil {
+		return err
+	}
+	return r.registerReschedule()
 }
 
 func (r *fanoutRun) run() (FanoutResult, error) {
@@ -228,6 +238,9 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 
 	var firstPage *activities.PageResult
 	if r.st == nil {
+		if err := r.awaitSchedule(); err != nil {
+			return r.finish(err)
+		}
 		var prep activities.PrepareResult
 		if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &prep); err != nil {
 			return r.finish(err)
@@ -630,6 +643,10 @@ func (r *fanoutRun) pace(k int) {
 // setDetails writes the one-line markdown the Temporal UI shows as the
 // workflow's current details.
 func (r *fanoutRun) setDetails() {
+	if r.sched.waiting {
+		workflow.SetCurrentDetails(r.ctx, r.scheduleDetails())
+		return
+	}
 	p := r.prog
 	state := "running"
 	switch {

@@ -95,10 +95,16 @@ const (
 	PauseUpdate   = "pause"
 	ResumeUpdate  = "resume"
 	SetRateUpdate = "set-rate"
+	// RescheduleUpdate moves a scheduled event's delivery time (an RFC
+	// 3339 time, or a Go duration from now) while it still waits.
+	RescheduleUpdate = "reschedule"
 )
 
 // Status values of the FanoutStatus search attribute.
 const (
+	// StatusScheduled: the event waits for its deliver_at (the
+	// FanoutScheduledFor attribute) on a durable timer.
+	StatusScheduled = "scheduled"
 	StatusRunning   = "running"
 	StatusPaused    = "paused"
 	StatusCompleted = "completed"
