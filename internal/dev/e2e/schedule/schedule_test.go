@@ -1,0 +1,282 @@
+//go:build integration
+
+// Package schedule checks scheduled broadcasts on the real stack (issue 14,
+// part 1): the Temporal dev server on a database file, kfake, redis-server,
+// the events worker, the delivery worker and the bridge as processes, the
+// webhook sink in this process. Events carry deliver_at or delay; the
+// operator reschedules and cancels with the pinned temporal CLI, and the
+// server and every process are restarted while the events wait.
+package schedule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	sdkpb "go.temporal.io/api/sdk/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workflows"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+const audience = 40
+
+// TestScheduledBroadcasts publishes four scheduled events at once:
+//
+//   - at: deliver_at 20 s ahead: nothing reaches the sink before it, every
+//     recipient once after it; meanwhile FanoutStatus is scheduled,
+//     FanoutScheduledFor its time, and the UI's details say so;
+//   - resched: deliver_at 90 s ahead, moved to 30 s ahead with the
+//     reschedule update (temporal workflow update execute): delivered at
+//     the new time, long before the old one;
+//   - cancel: deliver_at 40 s ahead, canceled (temporal workflow cancel):
+//     never delivered, status canceled;
+//   - delay: delay "40s", resolved by the bridge from the record's
+//     timestamp: delivered once at that time although, while it (and the
+//     others) waited, the Temporal dev server was SIGKILLed and started
+//     again on its database file and every worker and the bridge were
+//     SIGKILLed and restarted.
+func TestScheduledBroadcasts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Options{Log: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	procs := map[string]string{"events": "events", "delivery": "high,normal,low"}
+	for name, queues := range procs {
+		if err := s.StartWorker(name, queues); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.StartBridge("bridge"); err != nil {
+		t.Fatal(err)
+	}
+
+	run := time.Now().UTC().Format("150405")
+	base := time.Now().Truncate(time.Second).Add(time.Second)
+	ids := map[string]string{}
+	for _, k := range []string{"at", "resched", "cancel", "delay"} {
+		ids[k] = "sched-" + k + "-" + run
+	}
+	at := map[string]time.Time{
+		"at":      base.Add(20 * time.Second),
+		"resched": base.Add(90 * time.Second),
+		"cancel":  base.Add(40 * time.Second),
+	}
+	newAt := base.Add(30 * time.Second) // resched's new time
+	var envs []starter.Envelope
+	for _, k := range []string{"at", "resched", "cancel", "delay"} {
+		env := stack.Event{ID: ids[k], Audience: audience}.Envelope()
+		env.DeliverAt = at[k]
+		if k == "delay" {
+			env.Delay = "40s"
+		}
+		envs = append(envs, env)
+	}
+	published := time.Now()
+	if err := s.Publisher.Publish(ctx, envs...); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every event is started, scheduled, and waits.
+	for _, k := range []string{"at", "resched", "cancel", "delay"} {
+		waitStarted(ctx, t, s, stack.WorkflowID(ids[k]))
+	}
+	p := progress(ctx, t, s, stack.WorkflowID(ids["delay"]))
+	at["delay"] = p.ScheduledFor
+	if d := p.ScheduledFor.Sub(published); d < 39*time.Second || d > 41*time.Second {
+		t.Errorf("delay 40s resolved to %v, %v after the publish", p.ScheduledFor, d)
+	}
+	for _, k := range []string{"at", "resched", "cancel", "delay"} {
+		wid := stack.WorkflowID(ids[k])
+		q := fmt.Sprintf("WorkflowId = '%s' AND FanoutStatus = '%s' AND FanoutScheduledFor > '%s' AND FanoutScheduledFor < '%s'",
+			wid, vocab.StatusScheduled, at[k].Add(-time.Second).UTC().Format(time.RFC3339), at[k].Add(time.Second).UTC().Format(time.RFC3339))
+		eventually(t, 20*time.Second, "scheduled in visibility: "+q, func() bool { return cliCount(t, s, q) == 1 })
+		d := details(ctx, t, s, wid)
+		if want := "**scheduled** for " + at[k].UTC().Format("2006-01-02 15:04:05 MST"); !strings.HasPrefix(d, want) {
+			t.Errorf("%s: details %q, want prefix %q", k, d, want)
+		}
+	}
+
+	// The operator moves one and cancels another, with the CLI.
+	var upd struct {
+		Result workflows.Progress `json:"result"`
+	}
+	cliJSON(t, s, &upd, "workflow", "update", "execute", "--workflow-id", stack.WorkflowID(ids["resched"]),
+		"--name", vocab.RescheduleUpdate, "--input", strconv.Quote(newAt.UTC().Format(time.RFC3339)))
+	if !upd.Result.ScheduledFor.Equal(newAt) {
+		t.Errorf("reschedule answered %+v, want ScheduledFor %v", upd.Result, newAt)
+	}
+	// Beyond the horizon (30 days): rejected, nothing moves.
+	if out, err := cli(t, s, "workflow", "update", "execute", "--workflow-id", stack.WorkflowID(ids["resched"]),
+		"--name", vocab.RescheduleUpdate, "--input", `"800h"`); err == nil {
+		t.Errorf("reschedule 800h ahead was accepted: %s", out)
+	}
+	at["resched"] = newAt
+	if out, err := cli(t, s, "workflow", "cancel", "--workflow-id", stack.WorkflowID(ids["cancel"])); err != nil {
+		t.Fatalf("cancel: %v\n%s", err, out)
+	}
+
+	// While they wait: the dev server and every process, killed and
+	// restarted.
+	if time.Until(at["delay"]) < 10*time.Second {
+		t.Fatalf("the set-up took too long: %v left before the delayed event's time", time.Until(at["delay"]))
+	}
+	t.Logf("restarting the Temporal dev server and every process, %v before the delayed event's time", time.Until(at["delay"]).Round(time.Second))
+	if err := s.RestartTemporal(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"events", "delivery", "bridge"} {
+		if err := s.Restart(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("restarted, %v before the delayed event's time", time.Until(at["delay"]).Round(time.Second))
+
+	for _, k := range []string{"at", "resched", "delay"} {
+		res, err := s.Wait(ctx, ids[k])
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		got := s.Sink.Event(ids[k])
+		t.Logf("%s: scheduled for %s, first delivery %s, last %s", k, at[k].Format("15:04:05.000"), got.First.Format("15:04:05.000"), got.Last.Format("15:04:05.000"))
+		if got.First.Before(at[k]) {
+			t.Errorf("%s: first delivery at %v, before its time %v", k, got.First, at[k])
+		}
+		if got.Unique != audience || got.Duplicated != 0 || res.Delivered != audience {
+			t.Errorf("%s: sink %+v, result %+v; want %d recipients once each", k, got, res.Progress, audience)
+		}
+		if !res.ScheduledFor.Equal(at[k]) {
+			t.Errorf("%s: result ScheduledFor %v, want %v", k, res.ScheduledFor, at[k])
+		}
+	}
+	if got := s.Sink.Event(ids["resched"]); !got.Last.Before(base.Add(90 * time.Second)) {
+		t.Errorf("rescheduled event delivered at %v, not before its old time", got.Last)
+	}
+	var canceled *temporal.CanceledError
+	if _, err := s.Wait(ctx, ids["cancel"]); !errors.As(err, &canceled) {
+		t.Errorf("canceled event ended with %v, want canceled", err)
+	}
+	eventually(t, 20*time.Second, "canceled status in visibility", func() bool {
+		return cliCount(t, s, fmt.Sprintf("WorkflowId = '%s' AND FanoutStatus = '%s'", stack.WorkflowID(ids["cancel"]), vocab.StatusCanceled)) == 1
+	})
+	if got := s.Sink.Event(ids["cancel"]); got.Deliveries != 0 {
+		t.Errorf("canceled event: %d deliveries", got.Deliveries)
+	}
+	for _, k := range []string{"at", "resched", "delay"} {
+		eventually(t, 20*time.Second, k+": completed in visibility", func() bool {
+			return cliCount(t, s, fmt.Sprintf("WorkflowId = '%s' AND FanoutStatus = '%s'", stack.WorkflowID(ids[k]), vocab.StatusCompleted)) == 1
+		})
+	}
+}
+
+// waitStarted waits until the bridge has started wid.
+func waitStarted(ctx context.Context, t *testing.T, s *stack.Stack, wid string) {
+	t.Helper()
+	eventually(t, 30*time.Second, wid+" started", func() bool {
+		_, err := s.TC.DescribeWorkflow(ctx, wid, "")
+		var nf *serviceerror.NotFound
+		if err != nil && !errors.As(err, &nf) {
+			t.Logf("describe %s: %v", wid, err)
+		}
+		return err == nil
+	})
+}
+
+// progress answers the progress query.
+func progress(ctx context.Context, t *testing.T, s *stack.Stack, wid string) workflows.Progress {
+	t.Helper()
+	v, err := s.TC.QueryWorkflow(ctx, wid, "", vocab.ProgressQuery)
+	var p workflows.Progress
+	if err == nil {
+		err = v.Get(&p)
+	}
+	if err != nil {
+		t.Fatalf("progress of %s: %v", wid, err)
+	}
+	return p
+}
+
+// details is the workflow's current details, as the UI reads them (the
+// __temporal_workflow_metadata query).
+func details(ctx context.Context, t *testing.T, s *stack.Stack, wid string) string {
+	t.Helper()
+	v, err := s.TC.QueryWorkflow(ctx, wid, "", "__temporal_workflow_metadata")
+	var md sdkpb.WorkflowMetadata
+	if err == nil {
+		err = v.Get(&md)
+	}
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", wid, err)
+	}
+	return md.GetCurrentDetails()
+}
+
+// cli runs the pinned temporal CLI against the stack's server and returns
+// its stdout; an error carries its stderr.
+func cli(t *testing.T, s *stack.Stack, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.Bin, "temporal"), append(args, "--address", s.TemporalAddr, "--namespace", "default")...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// cliJSON runs a CLI command with --output json and decodes its stdout.
+func cliJSON(t *testing.T, s *stack.Stack, v any, args ...string) {
+	t.Helper()
+	out, err := cli(t, s, append(args, "--output", "json")...)
+	if err != nil {
+		t.Fatalf("temporal %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("temporal %s: not the expected JSON: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// cliCount is `temporal workflow count --query q`.
+func cliCount(t *testing.T, s *stack.Stack, q string) int {
+	t.Helper()
+	var out struct {
+		Count string `json:"count"` // absent when 0
+	}
+	cliJSON(t, s, &out, "workflow", "count", "--query", q)
+	if out.Count == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(out.Count)
+	if err != nil {
+		t.Fatalf("count %q: %v", out.Count, err)
+	}
+	return n
+}
+
+// eventually polls cond every 200 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, what)
+		}
+	}
+}
