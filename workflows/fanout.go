@@ -212,6 +212,11 @@ func (r *fanoutRun) registerHandlers() error {
 }
 
 func (r *fanoutRun) run() (FanoutResult, error) {
+	if r.st == nil {
+		if err := r.awaitSchedule(); err != nil {
+			return r.finish(err)
+		}
+	}
 	ctx, in := r.ctx, r.in
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
@@ -238,9 +243,6 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 
 	var firstPage *activities.PageResult
 	if r.st == nil {
-		if err := r.awaitSchedule(); err != nil {
-			return r.finish(err)
-		}
 		var prep activities.PrepareResult
 		if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &prep); err != nil {
 			return r.finish(err)

@@ -6,8 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
@@ -46,6 +49,9 @@ func (in FanoutInput) horizon() time.Duration {
 // goes on at once and, unless the bridge marked it scheduled, issues no
 // command here: histories from before scheduling replay unchanged.
 func (r *fanoutRun) awaitSchedule() error {
+	if err := r.occurrence(); err != nil {
+		return err
+	}
 	at := r.in.Event.DeliverAt
 	if at.IsZero() {
 		return nil
@@ -171,4 +177,42 @@ func (r *fanoutRun) scheduleDetails() string {
 		line += fmt.Sprintf(" · rate cap %.0f/s", r.prog.Rate)
 	}
 	return line
+}
+
+// Search attributes a Temporal Schedule sets on every workflow it starts.
+const (
+	searchAttrScheduledByID      = "TemporalScheduledById"
+	searchAttrScheduledStartTime = "TemporalScheduledStartTime"
+)
+
+// occurrence makes an event started by a Temporal Schedule (a recurring
+// broadcast: the schedule's action starts Fanout with the same input every
+// time) one occurrence of it: its id becomes vocab.OccurrenceID of the
+// action's nominal time, so that each occurrence delivers to every
+// recipient. The input did not pass the bridge: its id and type are
+// checked here. Events the bridge started are left alone (no command).
+func (r *fanoutRun) occurrence() error {
+	fields := workflow.GetInfo(r.ctx).SearchAttributes.GetIndexedFields()
+	by, nominalPayload := fields[searchAttrScheduledByID], fields[searchAttrScheduledStartTime]
+	if by == nil || nominalPayload == nil {
+		return nil
+	}
+	if workflow.GetVersion(r.ctx, "schedule-occurrence", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	var nominal time.Time
+	if err := converter.GetDefaultDataConverter().FromPayload(nominalPayload, &nominal); err != nil {
+		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's start time: "+err.Error(), "InvalidEvent", nil)
+	}
+	ev := &r.in.Event
+	id := vocab.OccurrenceID(ev.ID, nominal)
+	if err := fanout.ValidateType(ev.Type); err != nil {
+		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's event: "+err.Error(), "InvalidEvent", nil)
+	}
+	if err := fanout.ValidateID(id); err != nil {
+		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's event id with its time: "+err.Error(), "InvalidEvent", nil)
+	}
+	workflow.GetLogger(r.ctx).Info("occurrence of a recurring broadcast", "event", id, "nominal", nominal)
+	ev.ID = id
+	return nil
 }

@@ -11,6 +11,7 @@ package vocab
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/fanout/fanout"
 )
@@ -67,6 +68,16 @@ func BatchWorkflowID(eventWorkflowID string, n int) string {
 // of one batch's dead letters.
 func RedriveWorkflowID(eventWorkflowID, attemptID, round string, n int) string {
 	return fmt.Sprintf("%s/redrive/%s/%s/%d", eventWorkflowID, round, attemptID, n)
+}
+
+// OccurrenceID is the event id of one occurrence of a recurring broadcast,
+// the Fanout workflow a Temporal Schedule started at nominal time with the
+// event eventID: each occurrence is its own event (its own attempt ids, gate
+// keys and dead letters), or the gate would skip every recipient of the
+// second occurrence as already delivered. The time, UTC to the second, uses
+// no character outside the id grammar ("daily-20261224T090000Z").
+func OccurrenceID(eventID string, nominal time.Time) string {
+	return eventID + "-" + nominal.UTC().Format("20060102T150405Z")
 }
 
 // EventKey names an event in every Redis key (gate, staging, failure

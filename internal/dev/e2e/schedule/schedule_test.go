@@ -22,8 +22,10 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/fanout/fanout/internal/dev/stack"
@@ -48,7 +50,12 @@ const audience = 40
 //     timestamp: delivered once at that time although, while it (and the
 //     others) waited, the Temporal dev server was SIGKILLed and started
 //     again on its database file and every worker and the bridge were
-//     SIGKILLed and restarted.
+//     SIGKILLed and restarted;
+//
+// and runs a recurring broadcast as a Temporal Schedule (temporal schedule
+// create, every 10 s, the README's command) through the same restarts:
+// each occurrence is its own event (vocab.OccurrenceID) and delivers to
+// every recipient once.
 func TestScheduledBroadcasts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -91,6 +98,16 @@ func TestScheduledBroadcasts(t *testing.T) {
 	published := time.Now()
 	if err := s.Publisher.Publish(ctx, envs...); err != nil {
 		t.Fatal(err)
+	}
+
+	// The recurring broadcast.
+	digest := "digest-" + run
+	input, _ := json.Marshal(workflows.FanoutInput{Event: stack.Event{ID: digest, Audience: audience}.Envelope()})
+	if out, err := cli(t, s, "schedule", "create", "--schedule-id", digest, "--interval", "10s",
+		"--workflow-id", stack.WorkflowID(digest), "--task-queue", vocab.EventsTaskQueue, "--type", vocab.FanoutWorkflow,
+		"--input", string(input),
+		"--search-attribute", vocab.SearchAttrEventType+`="webhook"`, "--search-attribute", vocab.SearchAttrStatus+`="running"`); err != nil {
+		t.Fatalf("schedule create: %v\n%s", err, out)
 	}
 
 	// Every event is started, scheduled, and waits.
@@ -182,6 +199,50 @@ func TestScheduledBroadcasts(t *testing.T) {
 		eventually(t, 20*time.Second, k+": completed in visibility", func() bool {
 			return cliCount(t, s, fmt.Sprintf("WorkflowId = '%s' AND FanoutStatus = '%s'", stack.WorkflowID(ids[k]), vocab.StatusCompleted)) == 1
 		})
+	}
+
+	// The recurring broadcast ran through the restarts, one event per
+	// occurrence.
+	if out, err := cli(t, s, "schedule", "delete", "--schedule-id", digest); err != nil {
+		t.Fatalf("schedule delete: %v\n%s", err, out)
+	}
+	var occurrences []string
+	eventually(t, 30*time.Second, "two occurrences of the recurring broadcast closed, none open", func() bool {
+		resp, err := s.TC.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("TemporalScheduledById = '%s'", digest)})
+		if err != nil {
+			return false
+		}
+		occurrences = occurrences[:0]
+		for _, e := range resp.GetExecutions() {
+			if e.GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				return false
+			}
+			occurrences = append(occurrences, e.GetExecution().GetWorkflowId())
+		}
+		return len(occurrences) >= 2
+	})
+	for _, wid := range occurrences {
+		var res workflows.FanoutResult
+		if err := s.TC.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
+			t.Errorf("occurrence %s: %v", wid, err)
+			continue
+		}
+		// The schedule names it <workflow id>-<nominal time, RFC 3339>.
+		nominal, err := time.Parse(time.RFC3339, strings.TrimPrefix(wid, stack.WorkflowID(digest)+"-"))
+		if err != nil {
+			t.Errorf("occurrence %s: no nominal time in its id: %v", wid, err)
+			continue
+		}
+		id := vocab.OccurrenceID(digest, nominal)
+		got := s.Sink.Event(id)
+		t.Logf("occurrence %s: event %s, %d delivered", wid, id, got.Unique)
+		if got.Unique != audience || got.Duplicated != 0 || res.Delivered != audience {
+			t.Errorf("occurrence %s (event %s): sink %+v, result %+v; want %d recipients once each", wid, id, got, res.Progress, audience)
+		}
+	}
+	if got := s.Sink.Event(digest); got.Deliveries != 0 {
+		t.Errorf("%d deliveries under the schedule's own event id %s", got.Deliveries, digest)
 	}
 }
 
