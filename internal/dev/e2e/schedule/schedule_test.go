@@ -154,7 +154,8 @@ func TestScheduledBroadcasts(t *testing.T) {
 	if time.Until(at["delay"]) < 10*time.Second {
 		t.Fatalf("the set-up took too long: %v left before the delayed event's time", time.Until(at["delay"]))
 	}
-	t.Logf("restarting the Temporal dev server and every process, %v before the delayed event's time", time.Until(at["delay"]).Round(time.Second))
+	t.Logf("restarting the Temporal dev server and every process, %v before the delayed event's time", time.Until(at["delay"]).Round(100*time.Millisecond))
+	before := s.Pids()
 	if err := s.RestartTemporal(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,13 @@ func TestScheduledBroadcasts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("restarted, %v before the delayed event's time", time.Until(at["delay"]).Round(time.Second))
+	after := s.Pids()
+	for _, name := range []string{"temporal", "events", "delivery", "bridge"} {
+		if before[name] == 0 || after[name] == 0 || before[name] == after[name] {
+			t.Fatalf("%s: pid %d before the restart, %d after", name, before[name], after[name])
+		}
+	}
+	t.Logf("restarted, %v before the delayed event's time", time.Until(at["delay"]).Round(100*time.Millisecond))
 
 	for _, k := range []string{"at", "resched", "delay"} {
 		res, err := s.Wait(ctx, ids[k])
