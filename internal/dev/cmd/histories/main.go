@@ -330,7 +330,7 @@ func (g *gen) occurrence(ctx context.Context) error {
 		Paused: true,
 		Action: &client.ScheduleWorkflowAction{
 			ID: wid(evRecur), Workflow: vocab.FanoutWorkflow, TaskQueue: vocab.EventsTaskQueue,
-			Args: []any{workflows.FanoutInput{Event: demoEvent(evRecur, 20)}},
+			Args:                  []any{workflows.FanoutInput{Event: demoEvent(evRecur, 20)}},
 			TypedSearchAttributes: temporal.NewSearchAttributes(vocab.EventTypeKey.ValueSet(webhook.EventType), vocab.StatusKey.ValueSet(vocab.StatusRunning)),
 		},
 	})
