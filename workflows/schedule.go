@@ -3,8 +3,10 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -133,31 +135,44 @@ func (r *fanoutRun) registerReschedule() error {
 
 // parseWhen parses a reschedule's argument against the workflow's clock.
 func (r *fanoutRun) parseWhen(when string) (time.Time, error) {
+	return resolveWhen(when, workflow.Now(r.ctx), r.in.horizon())
+}
+
+// resolveWhen is the time a reschedule's argument names: an RFC 3339 time,
+// or a non-negative Go duration from now; no more than horizon after now.
+func resolveWhen(when string, now time.Time, horizon time.Duration) (time.Time, error) {
 	when = strings.TrimSpace(when)
-	now := workflow.Now(r.ctx)
 	at, err := time.Parse(time.RFC3339, when)
 	if err != nil {
 		d, derr := time.ParseDuration(when)
 		if derr != nil {
-			return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-12-24T09:00:00Z) nor a Go duration (90s, 2h)", clipArg(when))
+			return time.Time{}, fmt.Errorf("%s is neither an RFC 3339 time (2026-12-24T09:00:00Z) nor a Go duration (90s, 2h)", clipArg(strconv.Quote(when)))
 		}
 		if d < 0 {
 			return time.Time{}, fmt.Errorf("negative delay %v", d)
 		}
+		if d > horizon {
+			return time.Time{}, fmt.Errorf("delay %v is more than the horizon %v", d, horizon)
+		}
 		at = now.Add(d)
 	}
-	if h := r.in.horizon(); at.Sub(now) > h {
-		return time.Time{}, fmt.Errorf("%s is more than the horizon %v ahead", at.UTC().Format(time.RFC3339), h)
+	if at.Sub(now) > horizon {
+		return time.Time{}, fmt.Errorf("%s is more than the horizon %v ahead", at.UTC().Format(time.RFC3339), horizon)
 	}
 	return at.UTC(), nil
 }
 
-// clipArg cuts an operator's argument to a length fit for an error.
+// clipArg cuts an operator's argument to a length fit for an error (at a
+// rune boundary).
 func clipArg(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
+	if len(s) <= 64 {
+		return s
 	}
-	return s
+	i := 64
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
 
 // scheduleDetails is the UI's details line of an event waiting for its

@@ -254,3 +254,30 @@ func TestPauseWhileScheduled(t *testing.T) {
 		t.Errorf("statuses %v, want %v", rec.statuses, want)
 	}
 }
+
+// FuzzResolveWhen: whatever an operator sends to reschedule, the answer is
+// an error or a UTC time no further than the horizon ahead, not before now
+// when given as a duration; errors stay short.
+func FuzzResolveWhen(f *testing.F) {
+	for _, s := range []string{"5m", "0s", "-1m", "2026-12-01T05:00:00Z", "2026-12-01T06:30:00.5+01:00", "2020-01-01T00:00:00Z",
+		"9999-12-31T23:59:59Z", "2562047h", "1d", "", " 90s ", "tomorrow", "2026-12-01T05:00:00"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	const horizon = 24 * time.Hour
+	f.Fuzz(func(t *testing.T, when string) {
+		at, err := resolveWhen(when, now, horizon)
+		if err != nil {
+			if len(err.Error()) > 300 {
+				t.Fatalf("error of %d bytes", len(err.Error()))
+			}
+			return
+		}
+		if at.Location() != time.UTC || at.Sub(now) > horizon {
+			t.Fatalf("%q resolved to %v", when, at)
+		}
+		if _, perr := time.ParseDuration(strings.TrimSpace(when)); perr == nil && at.Before(now) {
+			t.Fatalf("duration %q resolved to %v, before now", when, at)
+		}
+	})
+}
