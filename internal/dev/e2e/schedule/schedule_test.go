@@ -86,8 +86,20 @@ func TestScheduledBroadcasts(t *testing.T) {
 		"cancel":  base.Add(40 * time.Second),
 	}
 	newAt := base.Add(30 * time.Second) // resched's new time
+	// "at" as the README publishes it, with kcat; the others with the
+	// Publisher (fanout.Event's own encoding).
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatal("kcat not found: install Debian's kcat (apt-get install -y kcat); .ci/run does")
+	}
+	cmd := exec.CommandContext(ctx, kcat, "-P", "-b", s.KafkaAddr, "-t", starter.DefaultEventsTopic, "-k", ids["at"])
+	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"id":%q,"type":"webhook","deliver_at":%q,"payload":{"audience":%d}}`+"\n",
+		ids["at"], at["at"].UTC().Format(time.RFC3339), audience))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kcat: %v: %s", err, out)
+	}
 	var envs []starter.Envelope
-	for _, k := range []string{"at", "resched", "cancel", "delay"} {
+	for _, k := range []string{"resched", "cancel", "delay"} {
 		env := stack.Event{ID: ids[k], Audience: audience}.Envelope()
 		env.DeliverAt = at[k]
 		if k == "delay" {
