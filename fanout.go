@@ -36,8 +36,8 @@ type Event struct {
 	DeliverAt time.Time `json:"deliver_at,omitzero"`
 	// Delay schedules the event this long after it was published (a Go
 	// duration: "90s", "2h"; not with DeliverAt). The bridge resolves it
-	// into DeliverAt from the Kafka record's timestamp, so the workflow
-	// only ever sees DeliverAt.
+	// into DeliverAt from the Kafka record's timestamp; an event started
+	// otherwise (a Temporal Schedule's input) waits from its start.
 	Delay string `json:"delay,omitempty"`
 }
 

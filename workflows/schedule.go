@@ -55,6 +55,14 @@ func (r *fanoutRun) awaitSchedule() error {
 		return err
 	}
 	at := r.in.Event.DeliverAt
+	if d := r.in.Event.Delay; d != "" && at.IsZero() {
+		// Not resolved by the bridge (a Temporal Schedule's input, a start
+		// of one's own): from the workflow's start.
+		var err error
+		if at, err = resolveDelay(d, workflow.GetInfo(r.ctx).WorkflowStartTime, r.in.horizon()); err != nil {
+			return temporal.NewNonRetryableApplicationError("invalid_delay: "+err.Error(), "InvalidDelay", nil)
+		}
+	}
 	if at.IsZero() {
 		return nil
 	}
@@ -160,6 +168,14 @@ func resolveWhen(when string, now time.Time, horizon time.Duration) (time.Time, 
 		return time.Time{}, fmt.Errorf("%s is more than the horizon %v ahead", at.UTC().Format(time.RFC3339), horizon)
 	}
 	return at.UTC(), nil
+}
+
+// resolveDelay is the time an event's delay names, from start.
+func resolveDelay(delay string, start time.Time, horizon time.Duration) (time.Time, error) {
+	if _, err := time.ParseDuration(strings.TrimSpace(delay)); err != nil {
+		return time.Time{}, fmt.Errorf("delay %s is not a Go duration (90s, 2h)", clipArg(strconv.Quote(delay)))
+	}
+	return resolveWhen(delay, start, horizon)
 }
 
 // clipArg cuts an operator's argument to a length fit for an error (at a

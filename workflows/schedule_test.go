@@ -281,3 +281,33 @@ func FuzzResolveWhen(f *testing.F) {
 		}
 	})
 }
+
+// TestDelayNotResolvedByTheBridge: an event started with a delay of its
+// own (a Temporal Schedule's input) waits from the workflow's start; a bad
+// one fails the event at once with the reason.
+func TestDelayNotResolvedByTheBridge(t *testing.T) {
+	rec := newRecorder()
+	fx := scheduledFixture("ev-own-delay", time.Time{})
+	fx.Event.Delay = "20m"
+	env := newEnv(t, fx, rec)
+	t0 := start(env)
+	res := runToResult(t, env, FanoutInput{Event: fx.Event})
+	if want := t0.Add(20 * time.Minute); rec.prepareAt.Before(want) || res.Delivered != 250 {
+		t.Errorf("Prepare at %v, want from %v; result %+v", rec.prepareAt, want, res.Progress)
+	}
+
+	for _, bad := range []string{"soon", "-1m", "800h"} {
+		rec := newRecorder()
+		fx := scheduledFixture("ev-bad-delay", time.Time{})
+		fx.Event.Delay = bad
+		env := newEnv(t, fx, rec)
+		env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event})
+		err := env.GetWorkflowError()
+		if err == nil || !strings.Contains(err.Error(), "invalid_delay") || rec.prepares != 0 {
+			t.Errorf("delay %q: error %v, %d prepares; want invalid_delay and nothing run", bad, err, rec.prepares)
+		}
+		if rec.status != vocab.StatusFailed {
+			t.Errorf("delay %q: status %q", bad, rec.status)
+		}
+	}
+}
