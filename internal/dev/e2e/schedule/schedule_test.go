@@ -147,8 +147,16 @@ func TestScheduledBroadcasts(t *testing.T) {
 			wid, vocab.StatusScheduled, at[k].Add(-time.Second).UTC().Format(time.RFC3339), at[k].Add(time.Second).UTC().Format(time.RFC3339))
 		eventually(t, 20*time.Second, "scheduled in visibility: "+q, func() bool { return cliCount(t, s, q) == 1 })
 		d := details(ctx, t, s, wid)
-		if want := "**scheduled** for " + at[k].UTC().Format("2006-01-02 15:04:05 MST"); !strings.HasPrefix(d, want) {
+		want := "**scheduled** for " + at[k].UTC().Format("2006-01-02 15:04:05 MST")
+		if !strings.HasPrefix(d, want) {
 			t.Errorf("%s: details %q, want prefix %q", k, d, want)
+		}
+		if k == "at" {
+			// The same through the CLI, as the README shows.
+			out, err := cli(t, s, "workflow", "metadata", "--workflow-id", wid, "--output", "json")
+			if err != nil || !strings.Contains(out, want) {
+				t.Errorf("temporal workflow metadata: %v, want %q in\n%s", err, want, out)
+			}
 		}
 	}
 
