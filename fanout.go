@@ -31,6 +31,14 @@ type Event struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Headers carries optional metadata, such as W3C trace context.
 	Headers map[string]string `json:"headers,omitempty"`
+	// DeliverAt schedules the event (RFC 3339 on the topic): its fan-out
+	// waits on a durable timer until then. Zero or past: now.
+	DeliverAt time.Time `json:"deliver_at,omitzero"`
+	// Delay schedules the event this long after it was published (a Go
+	// duration: "90s", "2h"; not with DeliverAt). The bridge resolves it
+	// into DeliverAt from the Kafka record's timestamp; an event started
+	// otherwise (a Temporal Schedule's input) waits from its start.
+	Delay string `json:"delay,omitempty"`
 }
 
 // Recipient is one destination of an event's message.

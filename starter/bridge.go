@@ -236,11 +236,20 @@ func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
 	}
 }
 
-// StartOptions are the options of an event's Fanout workflow start.
+// StartOptions are the options of an event's Fanout workflow start. An
+// event scheduled ahead (DeliverAt after now) starts with status scheduled
+// and FanoutScheduledFor set.
 func StartOptions(ev fanout.Event) client.StartWorkflowOptions {
+	status, summary := vocab.StatusRunning, ""
+	if ev.DeliverAt.After(time.Now()) {
+		status, summary = vocab.StatusScheduled, ", scheduled for "+ev.DeliverAt.UTC().Format(time.RFC3339)
+	}
 	sa := []temporal.SearchAttributeUpdate{
 		vocab.EventTypeKey.ValueSet(ev.Type),
-		vocab.StatusKey.ValueSet(vocab.StatusRunning),
+		vocab.StatusKey.ValueSet(status),
+	}
+	if status == vocab.StatusScheduled {
+		sa = append(sa, vocab.ScheduledForKey.ValueSet(ev.DeliverAt.UTC()))
 	}
 	if ev.Priority != "" {
 		sa = append(sa, vocab.PriorityKey.ValueSet(string(ev.Priority)))
@@ -254,7 +263,7 @@ func StartOptions(ev fanout.Event) client.StartWorkflowOptions {
 		// a handle to the old run, so the bridge can count the duplicate.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
-		StaticSummary:                            fmt.Sprintf("%s event %s (priority %s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default")),
+		StaticSummary:                            fmt.Sprintf("%s event %s (priority %s%s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default"), summary),
 	}
 }
 
@@ -279,9 +288,10 @@ func StartFanout(ctx context.Context, tc client.Client, in workflows.FanoutInput
 }
 
 // StartEvent starts the Fanout workflow of ev, or finds it already started.
-// duplicate is true when the workflow had already closed.
-func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event, eager bool) (duplicate bool, err error) {
-	_, err = StartFanout(ctx, tc, workflows.FanoutInput{Event: ev}, eager)
+// duplicate is true when the workflow had already closed. horizon bounds a
+// reschedule of a scheduled event (0: the default).
+func StartEvent(ctx context.Context, tc client.Client, ev fanout.Event, eager bool, horizon time.Duration) (duplicate bool, err error) {
+	_, err = StartFanout(ctx, tc, workflows.FanoutInput{Event: ev, ScheduleHorizon: horizon}, eager)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return true, nil
@@ -304,7 +314,7 @@ func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
 			return nil
 		}
 	}
-	dup, err := StartEvent(sctx, b.tc, ev, b.cfg.Eager)
+	dup, err := StartEvent(sctx, b.tc, ev, b.cfg.Eager, b.cfg.Validator.Horizon)
 	if err != nil {
 		return fmt.Errorf("start workflow for event %s: %w", ev.ID, err)
 	}

@@ -116,12 +116,17 @@ func FuzzParse(f *testing.F) {
 		`{"id":"a","type":"webhook"}`, `{"id":"x/batch/0","type":"webhook"}`, `{"id":"a#1","type":"webhook","priority":"high"}`,
 		`{"id":"a","type":"webhook","payload":{"k":"v"},"headers":{"traceparent":"x"}}`, `{"id":"\u202e","type":"webhook"}`,
 		`{"id":"a","type":"sms"}`, `{"id":"a","type":"webhook","priority":"URGENT"}`, `{"id":1e999}`, `null`, ``, `{"id":"a","type":"webhook"} x`,
+		`{"id":"a","type":"webhook","deliver_at":"2026-12-01T04:00:20Z"}`, `{"id":"a","type":"webhook","delay":"90s"}`,
+		`{"id":"a","type":"webhook","delay":"-1h"}`, `{"id":"a","type":"webhook","deliver_at":"2026-12-01T04:00:20+14:00","delay":"1s"}`,
+		`{"id":"a","type":"webhook","deliver_at":"9999-12-31T23:59:59.999999999Z"}`, `{"id":"a","type":"webhook","delay":"2562047h"}`,
 	} {
 		f.Add([]byte(s))
 	}
-	v := Validator{Types: []string{"webhook"}, MaxPayloadBytes: 256}
+	now := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	const horizon = 48 * time.Hour
+	v := Validator{Types: []string{"webhook"}, MaxPayloadBytes: 256, Horizon: horizon, Now: func() time.Time { return now }}
 	f.Fuzz(func(t *testing.T, value []byte) {
-		ev, err := v.Parse(kafka.Message{Value: value})
+		ev, err := v.Parse(kafka.Message{Value: value, Time: now.Add(-time.Second)})
 		if err != nil {
 			var ie *InvalidError
 			if !errors.As(err, &ie) || ie.Reason == "" {
@@ -137,6 +142,10 @@ func FuzzParse(f *testing.F) {
 		}
 		if fanout.ValidateID(ev.ID) != nil || ev.Type != "webhook" || (ev.Priority != "" && !ev.Priority.Valid()) || len(ev.Payload) > 256 {
 			t.Fatalf("Parse accepted %+v", ev)
+		}
+		// A schedule is resolved: absolute, in UTC, never beyond the horizon.
+		if ev.Delay != "" || (!ev.DeliverAt.IsZero() && (ev.DeliverAt.Location() != time.UTC || ev.DeliverAt.Sub(now) > horizon)) {
+			t.Fatalf("Parse accepted schedule %v / %q", ev.DeliverAt, ev.Delay)
 		}
 	})
 }

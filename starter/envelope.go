@@ -7,18 +7,32 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/workflows"
 )
 
 // Envelope is the JSON form of an event on the events topic: fanout.Event's
 // own encoding,
 //
 //	{"id": "order-42", "type": "webhook", "priority": "high", "payload": {...}, "headers": {...}}
+//
+// with, for a scheduled event, "deliver_at": "2026-12-24T09:00:00Z" (RFC
+// 3339) or "delay": "90s" (a Go duration from the record's timestamp).
 type Envelope = fanout.Event
+
+// envelope decodes an Envelope with its schedule as strings, so that a bad
+// time or duration is dead-lettered with its own reason rather than as
+// invalid JSON (the outer fields shadow Event's).
+type envelope struct {
+	fanout.Event
+	DeliverAt string `json:"deliver_at"`
+	Delay     string `json:"delay"`
+}
 
 // Reasons a record is dead-lettered; the DLQ record carries one in its
 // HeaderReason header, followed by details in HeaderError.
@@ -35,6 +49,15 @@ const (
 	// (an InvalidArgument, e.g. a payload over the cluster's blob size
 	// limit); after fixing the cause, redrive-events -reason start_rejected.
 	ReasonStartRejected = "start_rejected"
+	// ReasonInvalidDeliverAt: deliver_at is not an RFC 3339 time.
+	ReasonInvalidDeliverAt = "invalid_deliver_at"
+	// ReasonInvalidDelay: delay is not a Go duration, or is negative.
+	ReasonInvalidDelay = "invalid_delay"
+	// ReasonDeliverAtAndDelay: both deliver_at and delay are set.
+	ReasonDeliverAtAndDelay = "deliver_at_and_delay"
+	// ReasonBeyondHorizon: the event is scheduled further ahead than
+	// FANOUT_SCHEDULE_HORIZON.
+	ReasonBeyondHorizon = "beyond_horizon"
 )
 
 // InvalidError says why a record is not a valid event.
@@ -49,10 +72,24 @@ func invalid(reason, format string, args ...any) *InvalidError {
 	return &InvalidError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
-// Validator checks records against the known event types and size limit.
+// Validator checks records against the known event types and size limit,
+// and resolves their schedule.
 type Validator struct {
 	Types           []string
 	MaxPayloadBytes int
+	// Horizon is how far ahead an event may be scheduled (0:
+	// workflows.DefaultScheduleHorizon).
+	Horizon time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// horizon is v's Horizon or its default.
+func (v Validator) horizon() time.Duration {
+	if v.Horizon > 0 {
+		return v.Horizon
+	}
+	return workflows.DefaultScheduleHorizon
 }
 
 // maxEchoBytes bounds how much of a bad field an error repeats: the record
@@ -86,13 +123,14 @@ var traceHeaders = []string{"traceparent", "tracestate", "baggage"}
 // Parse decodes and validates one record into an event.
 func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 	dec := json.NewDecoder(bytes.NewReader(m.Value))
-	var env Envelope
-	if err := dec.Decode(&env); err != nil {
+	var raw envelope
+	if err := dec.Decode(&raw); err != nil {
 		return fanout.Event{}, invalid(ReasonInvalidJSON, "%v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return fanout.Event{}, invalid(ReasonInvalidJSON, "trailing data after the JSON object")
 	}
+	env := raw.Event
 	switch {
 	case env.ID == "":
 		return fanout.Event{}, invalid(ReasonMissingID, "the event has no id")
@@ -122,6 +160,11 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 		return fanout.Event{}, invalid(ReasonPayloadTooLarge, "payload and headers of %d bytes are over the limit of %d", size, v.MaxPayloadBytes)
 	}
 	ev := env
+	at, err := v.schedule(raw.DeliverAt, raw.Delay, m.Time)
+	if err != nil {
+		return fanout.Event{}, err
+	}
+	ev.DeliverAt, ev.Delay = at, ""
 	for _, h := range m.Headers {
 		if slices.Contains(traceHeaders, strings.ToLower(h.Key)) && len(h.Value) <= MaxHeaderValueBytes {
 			if ev.Headers == nil {
@@ -131,4 +174,48 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 		}
 	}
 	return ev, nil
+}
+
+// schedule resolves an event's deliver_at or delay into the absolute time
+// it is to be delivered (zero: now). A delay counts from the record's
+// timestamp (published; the bridge's clock when the record has none or one
+// ahead of it), so that reading the record again — after a bridge restart
+// or a rebalance — resolves it to the same time. A time already past is
+// kept: the workflow delivers it at once.
+func (v Validator) schedule(deliverAt, delay string, published time.Time) (time.Time, error) {
+	if deliverAt == "" && delay == "" {
+		return time.Time{}, nil
+	}
+	if deliverAt != "" && delay != "" {
+		return time.Time{}, invalid(ReasonDeliverAtAndDelay, "deliver_at %q and delay %q: set one of them", clip(deliverAt, maxEchoBytes), clip(delay, maxEchoBytes))
+	}
+	now := time.Now()
+	if v.Now != nil {
+		now = v.Now()
+	}
+	var at time.Time
+	if deliverAt != "" {
+		t, err := time.Parse(time.RFC3339, deliverAt)
+		if err != nil {
+			return time.Time{}, invalid(ReasonInvalidDeliverAt, "deliver_at %q is not an RFC 3339 time such as 2026-12-24T09:00:00Z", clip(deliverAt, maxEchoBytes))
+		}
+		at = t
+	} else {
+		d, err := time.ParseDuration(delay)
+		if err != nil || d < 0 {
+			return time.Time{}, invalid(ReasonInvalidDelay, "delay %q is not a non-negative Go duration such as 90s or 2h", clip(delay, maxEchoBytes))
+		}
+		from := published
+		if from.IsZero() || from.After(now) {
+			from = now
+		}
+		if d > v.horizon() {
+			return time.Time{}, invalid(ReasonBeyondHorizon, "delay %v is more than the horizon %v", d, v.horizon())
+		}
+		at = from.Add(d)
+	}
+	if h := v.horizon(); at.Sub(now) > h {
+		return time.Time{}, invalid(ReasonBeyondHorizon, "deliver_at %s is more than the horizon %v ahead", at.UTC().Format(time.RFC3339), h)
+	}
+	return at.UTC(), nil
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -72,6 +73,20 @@ func TestParseInvalid(t *testing.T) {
 		{"header value over 1 KiB", `{"id":"a","type":"webhook","headers":{"k":"` + strings.Repeat("v", 1025) + `"}}`, ReasonInvalidHeaders},
 		{"17 headers", `{"id":"a","type":"webhook","headers":{` + manyHeaders(17) + `}}`, ReasonInvalidHeaders},
 		{"empty header key", `{"id":"a","type":"webhook","headers":{"":"v"}}`, ReasonInvalidHeaders},
+
+		{"deliver_at not a time", `{"id":"a","type":"webhook","deliver_at":"tomorrow"}`, ReasonInvalidDeliverAt},
+		{"deliver_at without a zone", `{"id":"a","type":"webhook","deliver_at":"2026-12-24T09:00:00"}`, ReasonInvalidDeliverAt},
+		{"deliver_at a date only", `{"id":"a","type":"webhook","deliver_at":"2026-12-24"}`, ReasonInvalidDeliverAt},
+		{"deliver_at a Unix time", `{"id":"a","type":"webhook","deliver_at":"1798102800"}`, ReasonInvalidDeliverAt},
+		{"deliver_at of the wrong type", `{"id":"a","type":"webhook","deliver_at":1798102800}`, ReasonInvalidJSON},
+		{"delay not a duration", `{"id":"a","type":"webhook","delay":"soon"}`, ReasonInvalidDelay},
+		{"delay without a unit", `{"id":"a","type":"webhook","delay":"90"}`, ReasonInvalidDelay},
+		{"delay in days", `{"id":"a","type":"webhook","delay":"2d"}`, ReasonInvalidDelay},
+		{"negative delay", `{"id":"a","type":"webhook","delay":"-5m"}`, ReasonInvalidDelay},
+		{"deliver_at and delay", `{"id":"a","type":"webhook","deliver_at":"2026-12-24T09:00:00Z","delay":"1h"}`, ReasonDeliverAtAndDelay},
+		{"deliver_at beyond the horizon", `{"id":"a","type":"webhook","deliver_at":"2999-01-01T00:00:00Z"}`, ReasonBeyondHorizon},
+		{"delay beyond the horizon", `{"id":"a","type":"webhook","delay":"721h"}`, ReasonBeyondHorizon},
+		{"delay that overflows", `{"id":"a","type":"webhook","delay":"9999999999h"}`, ReasonInvalidDelay},
 	}
 	v := testValidator()
 	for _, c := range cases {
@@ -257,6 +272,88 @@ func TestParseTrailingDelimiter(t *testing.T) {
 		var ie *InvalidError
 		if !errors.As(err, &ie) || ie.Reason != ReasonInvalidJSON {
 			t.Errorf("Parse(%q) = %+v, %v; want an %s error", value, ev, err, ReasonInvalidJSON)
+		}
+	}
+}
+
+// TestParseSchedule: deliver_at and delay resolve into an absolute DeliverAt
+// (UTC; Delay cleared), a delay from the record's timestamp (the clock's
+// when the record has none or one ahead), within the horizon; a past time
+// is kept (the workflow delivers it at once).
+func TestParseSchedule(t *testing.T) {
+	now := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	published := now.Add(-10 * time.Second)
+	v := Validator{Types: []string{"webhook"}, Horizon: 24 * time.Hour, Now: func() time.Time { return now }}
+	cases := []struct {
+		name      string
+		value     string
+		published time.Time
+		want      time.Time
+		reason    string
+	}{
+		{"none", `{"id":"a","type":"webhook"}`, published, time.Time{}, ""},
+		{"empty strings are none", `{"id":"a","type":"webhook","deliver_at":"","delay":""}`, published, time.Time{}, ""},
+		{"deliver_at in UTC", `{"id":"a","type":"webhook","deliver_at":"2026-12-01T05:00:00Z"}`, published, now.Add(time.Hour), ""},
+		{"deliver_at with an offset and fractions", `{"id":"a","type":"webhook","deliver_at":"2026-12-01T06:30:00.5+01:00"}`, published, now.Add(90*time.Minute + 500*time.Millisecond), ""},
+		{"deliver_at past", `{"id":"a","type":"webhook","deliver_at":"2020-01-01T00:00:00Z"}`, published, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), ""},
+		{"deliver_at exactly at the horizon", `{"id":"a","type":"webhook","deliver_at":"2026-12-02T04:00:00Z"}`, published, now.Add(24 * time.Hour), ""},
+		{"deliver_at a second past the horizon", `{"id":"a","type":"webhook","deliver_at":"2026-12-02T04:00:01Z"}`, published, time.Time{}, ReasonBeyondHorizon},
+		{"delay from the record's timestamp", `{"id":"a","type":"webhook","delay":"90s"}`, published, published.Add(90 * time.Second), ""},
+		{"delay without a record timestamp", `{"id":"a","type":"webhook","delay":"2h"}`, time.Time{}, now.Add(2 * time.Hour), ""},
+		{"delay from a timestamp ahead of the clock", `{"id":"a","type":"webhook","delay":"1m"}`, now.Add(time.Hour), now.Add(time.Minute), ""},
+		{"zero delay", `{"id":"a","type":"webhook","delay":"0s"}`, published, published, ""},
+		{"delay at the horizon", `{"id":"a","type":"webhook","delay":"24h"}`, published, published.Add(24 * time.Hour), ""},
+		{"delay over the horizon", `{"id":"a","type":"webhook","delay":"24h0m1s"}`, published, time.Time{}, ReasonBeyondHorizon},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ev, err := v.Parse(kafka.Message{Value: []byte(c.value), Time: c.published})
+			if c.reason != "" {
+				var ie *InvalidError
+				if !errors.As(err, &ie) || ie.Reason != c.reason {
+					t.Fatalf("Parse = %+v, %v; want reason %s", ev, err, c.reason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if !ev.DeliverAt.Equal(c.want) || ev.Delay != "" {
+				t.Fatalf("DeliverAt %v, Delay %q; want %v and no delay", ev.DeliverAt, ev.Delay, c.want)
+			}
+			if !ev.DeliverAt.IsZero() && ev.DeliverAt.Location() != time.UTC {
+				t.Errorf("DeliverAt %v is not in UTC", ev.DeliverAt)
+			}
+			// What the workflow receives (JSON) keeps the time.
+			b, _ := json.Marshal(ev)
+			var back fanout.Event
+			if err := json.Unmarshal(b, &back); err != nil || !back.DeliverAt.Equal(c.want) {
+				t.Fatalf("round trip %s: %v, %v", b, back.DeliverAt, err)
+			}
+			if c.want.IsZero() && strings.Contains(string(b), "deliver_at") {
+				t.Errorf("an unscheduled event encodes deliver_at: %s", b)
+			}
+		})
+	}
+}
+
+// TestParseScheduleIsStable: reading the same record again later (a bridge
+// restart, a rebalance) resolves its delay to the same time.
+func TestParseScheduleIsStable(t *testing.T) {
+	published := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	m := kafka.Message{Value: []byte(`{"id":"a","type":"webhook","delay":"10m"}`), Time: published}
+	var got []time.Time
+	for _, later := range []time.Duration{time.Second, 5 * time.Minute, time.Hour} {
+		v := Validator{Types: []string{"webhook"}, Now: func() time.Time { return published.Add(later) }}
+		ev, err := v.Parse(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ev.DeliverAt)
+	}
+	for _, at := range got {
+		if !at.Equal(published.Add(10 * time.Minute)) {
+			t.Fatalf("resolved times %v, want %v each time", got, published.Add(10*time.Minute))
 		}
 	}
 }

@@ -42,6 +42,9 @@ type FanoutInput struct {
 	// marker and upsert a search attribute in every event: the cost the
 	// change removes.
 	Flow int `json:",omitempty"`
+	// ScheduleHorizon bounds how far ahead the reschedule update may move
+	// a scheduled event (0: DefaultScheduleHorizon). See schedule.go.
+	ScheduleHorizon time.Duration `json:",omitempty"`
 }
 
 // FlowOpen is the Flow of events whose first workflow task runs one local
@@ -95,6 +98,8 @@ type Progress struct {
 	// Unconfirmed counts the Failed recipients of an at-most-once type
 	// whose call a crash interrupted (dead-lettered, not called again).
 	Unconfirmed int64 `json:",omitempty"`
+	// ScheduledFor is the time a scheduled event waits (or waited) for.
+	ScheduledFor time.Time `json:",omitzero"`
 }
 
 // FanoutResult is the outcome of an event's fan-out.
@@ -127,6 +132,8 @@ type fanoutRun struct {
 	lanesVersion workflow.Version
 	// finalSA are search attribute updates left to finish's upsert.
 	finalSA []temporal.SearchAttributeUpdate
+	// sched is a scheduled event's wait (schedule.go).
+	sched schedule
 }
 
 // batchPace is the pace of one batch: its share of the rate cap per second
@@ -196,7 +203,7 @@ func (r *fanoutRun) registerHandlers() error {
 		r.prog.Paused = false
 		r.wake.SendAsync(true)
 		r.setDetails()
-		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(vocab.StatusRunning))
+		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(r.status()))
 	}, workflow.UpdateHandlerOptions{Validator: func() error {
 		if !r.prog.Paused {
 			return errors.New("not paused")
@@ -205,7 +212,7 @@ func (r *fanoutRun) registerHandlers() error {
 	}}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.SetRateUpdate, func(ctx workflow.Context, perSecond float64) (Progress, error) {
+	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.SetRateUpdate, func(ctx workflow.Context, perSecond float64) (Progress, error) {
 		r.prog.Rate = perSecond
 		r.wake.SendAsync(true)
 		r.setDetails()
@@ -215,10 +222,18 @@ func (r *fanoutRun) registerHandlers() error {
 			return fmt.Errorf("rate %v outside 0 (no cap) .. 10000000 recipients/s", perSecond)
 		}
 		return active()
-	}})
+	}}); err != nil {
+		return err
+	}
+	return r.registerReschedule()
 }
 
 func (r *fanoutRun) run() (FanoutResult, error) {
+	if r.st == nil {
+		if err := r.awaitSchedule(); err != nil {
+			return r.finish(err)
+		}
+	}
 	ctx, in := r.ctx, r.in
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
@@ -672,6 +687,10 @@ func (r *fanoutRun) pace(k int) {
 // setDetails writes the one-line markdown the Temporal UI shows as the
 // workflow's current details.
 func (r *fanoutRun) setDetails() {
+	if r.sched.waiting {
+		workflow.SetCurrentDetails(r.ctx, r.scheduleDetails())
+		return
+	}
 	p := r.prog
 	state := "running"
 	switch {

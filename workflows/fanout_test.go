@@ -95,7 +95,10 @@ type recorder struct {
 	openKids    int
 	maxOpenKids int
 
-	status, priority, eventType string // last upserted search attributes
+	status, priority, eventType string    // last upserted search attributes
+	statuses                    []string  // every status upserted, in order
+	scheduledFor                time.Time // last upserted FanoutScheduledFor
+	prepareAt                   time.Time // when Prepare was first called (mock clock)
 }
 
 // pacedCall is the pace one DeliverBatch call was given and when it ended
@@ -135,6 +138,9 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	prepareFn := func(_ context.Context, in activities.PrepareInput) (activities.PrepareResult, error) {
 		rec.mu.Lock()
 		rec.prepares++
+		if rec.prepareAt.IsZero() {
+			rec.prepareAt = env.Now()
+		}
 		rec.mu.Unlock()
 		if fx.PrepareErr != nil {
 			return activities.PrepareResult{}, fx.PrepareErr
@@ -310,6 +316,10 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		defer rec.mu.Unlock()
 		if v, ok := sa.GetKeyword(vocab.StatusKey); ok {
 			rec.status = v
+			rec.statuses = append(rec.statuses, v)
+		}
+		if v, ok := sa.GetTime(vocab.ScheduledForKey); ok {
+			rec.scheduledFor = v
 		}
 		if v, ok := sa.GetKeyword(vocab.PriorityKey); ok {
 			rec.priority = v

@@ -99,6 +99,10 @@ type Bridge struct {
 	EventTypes      []string      `env:"FANOUT_EVENT_TYPES" envSeparator:","`
 	MaxPayloadBytes int           `env:"FANOUT_MAX_PAYLOAD_BYTES" envDefault:"262144"`
 	CommitInterval  time.Duration `env:"FANOUT_COMMIT_INTERVAL" envDefault:"200ms"`
+	// ScheduleHorizon is how far ahead an event may be scheduled
+	// (deliver_at, delay, the reschedule update); further is dead-lettered
+	// (beyond_horizon). Default workflows.DefaultScheduleHorizon.
+	ScheduleHorizon time.Duration `env:"FANOUT_SCHEDULE_HORIZON" envDefault:"720h"`
 	LogLevel        string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
 	// MetricsAddr serves Prometheus metrics at http://<addr>/metrics when
 	// set (production: :9464); empty serves none.
@@ -262,11 +266,19 @@ func (b *Bridge) Validate() error {
 	if _, err := ParseLevel(b.LogLevel); err != nil {
 		return fmt.Errorf("FANOUT_LOG_LEVEL: %w", err)
 	}
+	if b.ScheduleHorizon < time.Minute || b.ScheduleHorizon > maxScheduleHorizon {
+		return fmt.Errorf("FANOUT_SCHEDULE_HORIZON: %v outside 1m..%v", b.ScheduleHorizon, maxScheduleHorizon)
+	}
 	if err := validateMetricsAddr(b.MetricsAddr); err != nil {
 		return err
 	}
 	return nil
 }
+
+// maxScheduleHorizon bounds FANOUT_SCHEDULE_HORIZON: a year, far beyond
+// any broadcast worth holding as a waiting workflow (recurring ones are
+// Temporal Schedules).
+const maxScheduleHorizon = 366 * 24 * time.Hour
 
 // Validate checks the worker configuration.
 func (w *Worker) Validate() error {
@@ -445,7 +457,7 @@ func (cfg Bridge) StarterConfig(rdb redis.UniversalClient, log *slog.Logger, typ
 		Topic:          cfg.EventsTopic,
 		GroupID:        cfg.Group,
 		DLQTopic:       cfg.EventsDLQ,
-		Validator:      starter.Validator{Types: types, MaxPayloadBytes: cfg.MaxPayloadBytes},
+		Validator:      starter.Validator{Types: types, MaxPayloadBytes: cfg.MaxPayloadBytes, Horizon: cfg.ScheduleHorizon},
 		CommitInterval: cfg.CommitInterval,
 		Events:         starter.NewEventRecord(rdb, cfg.EventTTL),
 		Logger:         log,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/workers/webhook"
+	"github.com/fanout/fanout/workflows"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 )
@@ -50,6 +51,8 @@ func TestLoadDefaults(t *testing.T) {
 		{"Bridge.EventTypes", b.EventTypes, []string{"webhook"}},
 		{"Bridge.MaxPayloadBytes", b.MaxPayloadBytes, 262144},
 		{"Bridge.CommitInterval", b.CommitInterval, 200 * time.Millisecond},
+		// The env default and the workflow's (for inputs without one) agree.
+		{"Bridge.ScheduleHorizon", b.ScheduleHorizon, workflows.DefaultScheduleHorizon},
 		{"Bridge.LogLevel", b.LogLevel, "info"},
 		{"Worker.URL", w.URL, "redis://localhost:6379/0"},
 		{"Worker.GateTTL", w.GateTTL, 168 * time.Hour},
@@ -206,6 +209,9 @@ func TestLoadBadValues(t *testing.T) {
 		{"event type outside the type grammar", bridge, map[string]string{"FANOUT_EVENT_TYPES": "webhook,a/b"}, "FANOUT_EVENT_TYPES"},
 		{"DLQ topic equal to the events topic", bridge, map[string]string{"FANOUT_EVENTS_TOPIC": "ev", "FANOUT_EVENTS_DLQ_TOPIC": "ev"}, "FANOUT_EVENTS_DLQ_TOPIC"},
 		{"payload limit zero", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "0"}, "FANOUT_MAX_PAYLOAD_BYTES"},
+		{"schedule horizon under a minute", bridge, map[string]string{"FANOUT_SCHEDULE_HORIZON": "30s"}, "FANOUT_SCHEDULE_HORIZON"},
+		{"schedule horizon over a year", bridge, map[string]string{"FANOUT_SCHEDULE_HORIZON": "9000h"}, "FANOUT_SCHEDULE_HORIZON"},
+		{"schedule horizon not a duration", bridge, map[string]string{"FANOUT_SCHEDULE_HORIZON": "a month"}, "FANOUT_SCHEDULE_HORIZON"},
 		{"payload limit negative", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "-1"}, "FANOUT_MAX_PAYLOAD_BYTES"},
 		{"payload limit over 1 MiB", bridge, map[string]string{"FANOUT_MAX_PAYLOAD_BYTES": "1048577"}, "FANOUT_MAX_PAYLOAD_BYTES"},
 		{"bridge log level", bridge, map[string]string{"FANOUT_LOG_LEVEL": "loud"}, "FANOUT_LOG_LEVEL"},

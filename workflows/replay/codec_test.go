@@ -82,7 +82,22 @@ func TestReplayEncrypted(t *testing.T) {
 			t.Errorf("%s loaded encrypted: %s/%s, %v; want %s/%s", h.Name, got.WorkflowID, got.RunID, err, h.WorkflowID, h.RunID)
 		}
 		if h.WorkflowType == "DeliveryBatch" {
-			// Its id is only in its input: without the keys it is not found.
+			// Without the workflow id in its start event (histories of
+			// older servers), its id is only in its input: found with the
+			// keys, not without them.
+			older := proto.Clone(enc.History).(*historypb.History)
+			older.Events[0].GetWorkflowExecutionStartedEventAttributes().WorkflowId = ""
+			b, err := protojson.Marshal(older)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, "older-"+filepath.Base(h.Name))
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := replay.LoadFile(p, "", "", replay.WithDataConverter(rotated.DataConverter())); err != nil || got.WorkflowID != h.WorkflowID {
+				t.Errorf("%s without the id in its start event, loaded with the keys: %s, %v; want %s", h.Name, got.WorkflowID, err, h.WorkflowID)
+			}
 			if blind, _ := replay.LoadFile(p, "", ""); blind.WorkflowID == h.WorkflowID {
 				t.Errorf("%s: the id was read from an encrypted input without the keys", h.Name)
 			}

@@ -277,6 +277,10 @@ func fillFromHistory(h *History, dc converter.DataConverter) {
 	}
 	h.WorkflowType = orElse(h.WorkflowType, start.GetWorkflowType().GetName())
 	h.RunID = orElse(h.RunID, start.GetOriginalExecutionRunId())
+	// Recent servers record the workflow id in the start event (the only
+	// source for ids that derive from nothing in the input, such as a
+	// Temporal Schedule's occurrences); older histories lack it.
+	h.WorkflowID = orElse(h.WorkflowID, start.GetWorkflowId())
 	if h.WorkflowID == "" {
 		h.WorkflowID = idFromChildren(h.History)
 	}

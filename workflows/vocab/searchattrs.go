@@ -25,16 +25,20 @@ const (
 	SearchAttrFound     = "FanoutFound"
 	SearchAttrDelivered = "FanoutDelivered"
 	SearchAttrFailed    = "FanoutFailed"
+	// SearchAttrScheduledFor is the time a scheduled event is to be
+	// delivered (Datetime; set only on scheduled events).
+	SearchAttrScheduledFor = "FanoutScheduledFor"
 )
 
 // Typed keys of the search attributes.
 var (
-	EventTypeKey = temporal.NewSearchAttributeKeyKeyword(SearchAttrEventType)
-	PriorityKey  = temporal.NewSearchAttributeKeyKeyword(SearchAttrPriority)
-	StatusKey    = temporal.NewSearchAttributeKeyKeyword(SearchAttrStatus)
-	FoundKey     = temporal.NewSearchAttributeKeyInt64(SearchAttrFound)
-	DeliveredKey = temporal.NewSearchAttributeKeyInt64(SearchAttrDelivered)
-	FailedKey    = temporal.NewSearchAttributeKeyInt64(SearchAttrFailed)
+	EventTypeKey    = temporal.NewSearchAttributeKeyKeyword(SearchAttrEventType)
+	PriorityKey     = temporal.NewSearchAttributeKeyKeyword(SearchAttrPriority)
+	StatusKey       = temporal.NewSearchAttributeKeyKeyword(SearchAttrStatus)
+	FoundKey        = temporal.NewSearchAttributeKeyInt64(SearchAttrFound)
+	DeliveredKey    = temporal.NewSearchAttributeKeyInt64(SearchAttrDelivered)
+	FailedKey       = temporal.NewSearchAttributeKeyInt64(SearchAttrFailed)
+	ScheduledForKey = temporal.NewSearchAttributeKeyTime(SearchAttrScheduledFor)
 )
 
 // Attribute is a search attribute and its type.
@@ -50,6 +54,7 @@ func SearchAttributes() []Attribute {
 	return []Attribute{
 		{SearchAttrEventType, kw}, {SearchAttrPriority, kw}, {SearchAttrStatus, kw},
 		{SearchAttrFound, n}, {SearchAttrDelivered, n}, {SearchAttrFailed, n},
+		{SearchAttrScheduledFor, enumspb.INDEXED_VALUE_TYPE_DATETIME},
 	}
 }
 

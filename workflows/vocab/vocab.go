@@ -11,6 +11,7 @@ package vocab
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/fanout/fanout"
 )
@@ -69,6 +70,16 @@ func RedriveWorkflowID(eventWorkflowID, attemptID, round string, n int) string {
 	return fmt.Sprintf("%s/redrive/%s/%s/%d", eventWorkflowID, round, attemptID, n)
 }
 
+// OccurrenceID is the event id of one occurrence of a recurring broadcast,
+// the Fanout workflow a Temporal Schedule started at nominal time with the
+// event eventID: each occurrence is its own event (its own attempt ids, gate
+// keys and dead letters), or the gate would skip every recipient of the
+// second occurrence as already delivered. The time, UTC to the second, uses
+// no character outside the id grammar ("daily-20261224T090000Z").
+func OccurrenceID(eventID string, nominal time.Time) string {
+	return eventID + "-" + nominal.UTC().Format("20060102T150405Z")
+}
+
 // EventKey names an event in every Redis key (gate, staging, failure
 // counts) and in its attempt ids: its type and its id. The id grammar
 // (fanout.ValidateID) keeps '/' out of both, so two events never share a
@@ -95,10 +106,16 @@ const (
 	PauseUpdate   = "pause"
 	ResumeUpdate  = "resume"
 	SetRateUpdate = "set-rate"
+	// RescheduleUpdate moves a scheduled event's delivery time (an RFC
+	// 3339 time, or a Go duration from now) while it still waits.
+	RescheduleUpdate = "reschedule"
 )
 
 // Status values of the FanoutStatus search attribute.
 const (
+	// StatusScheduled: the event waits for its deliver_at (the
+	// FanoutScheduledFor attribute) on a durable timer.
+	StatusScheduled = "scheduled"
 	StatusRunning   = "running"
 	StatusPaused    = "paused"
 	StatusCompleted = "completed"

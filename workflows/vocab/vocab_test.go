@@ -2,6 +2,7 @@ package vocab
 
 import (
 	"testing"
+	"time"
 
 	"github.com/fanout/fanout"
 )
@@ -31,4 +32,23 @@ func FuzzIDsAreInjective(f *testing.F) {
 			t.Fatalf("event %q/%q has the workflow id of batch %d of %q/%q", t1, id1, n2, t2, id2)
 		}
 	})
+}
+
+// TestOccurrenceID: an occurrence of a recurring broadcast keeps the id
+// grammar and differs per nominal time (to the second), whatever the zone.
+func TestOccurrenceID(t *testing.T) {
+	nominal := time.Date(2026, 12, 24, 9, 0, 0, 0, time.UTC)
+	id := OccurrenceID("daily-digest", nominal)
+	if id != "daily-digest-20261224T090000Z" {
+		t.Errorf("OccurrenceID = %q", id)
+	}
+	if err := fanout.ValidateID(id); err != nil {
+		t.Errorf("%q: %v", id, err)
+	}
+	if OccurrenceID("daily-digest", nominal.Add(time.Second)) == id {
+		t.Error("occurrences a second apart share an id")
+	}
+	if got := OccurrenceID("daily-digest", nominal.In(time.FixedZone("CET", 3600))); got != id {
+		t.Errorf("the same instant in another zone: %q, want %q", got, id)
+	}
 }

@@ -102,6 +102,9 @@ func (s *Sink) record(ev, rc string, now time.Time) (dup bool) {
 	n := e.recipients[rc] + 1
 	e.recipients[rc] = n
 	e.stats.Deliveries++
+	if e.stats.Deliveries == 1 {
+		e.stats.First = now
+	}
 	e.perSecond[now.Unix()]++
 	switch n {
 	case 1:
@@ -143,6 +146,7 @@ type EventStats struct {
 	Unique     int       `json:"unique"`     // recipients with at least one delivery
 	Deliveries int       `json:"deliveries"` // deliveries, duplicates included
 	Duplicated int       `json:"duplicated"` // recipients with more than one delivery
+	First      time.Time `json:"first"`      // time of the first delivery
 	Last       time.Time `json:"last"`       // time of the last delivery
 }
 

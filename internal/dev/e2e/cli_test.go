@@ -684,8 +684,8 @@ func TestSetupSearchAttributes(t *testing.T) {
 	})
 
 	want := vocab.SearchAttributes()
-	if len(want) != 6 {
-		t.Fatalf("fanout has %d search attributes, want 6", len(want))
+	if len(want) != 7 {
+		t.Fatalf("fanout has %d search attributes, want 7 (3 Keyword, 3 Int, FanoutScheduledFor)", len(want))
 	}
 	first, err := vocab.Ensure(ctx, op, fresh, want)
 	if err != nil {
@@ -709,7 +709,7 @@ func TestSetupSearchAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second run: %v", err)
 	}
-	if slices.ContainsFunc(again, func(o vocab.Outcome) bool { return o.Added }) || len(again) != 6 {
+	if slices.ContainsFunc(again, func(o vocab.Outcome) bool { return o.Added }) || len(again) != len(want) {
 		t.Errorf("second run: %+v, want all kept", again)
 	}
 
@@ -717,7 +717,7 @@ func TestSetupSearchAttributes(t *testing.T) {
 	// dev server's default namespace (registered at start: all kept).
 	for _, ns := range []string{fresh, "default"} {
 		out, err := runStarter(t, []string{"TEMPORAL_NAMESPACE=" + ns}, "setup")
-		if err != nil || strings.Count(out, "kept ") != 6 || !strings.Contains(out, "(0 added, 6 already there)") {
+		if n := len(want); err != nil || strings.Count(out, "kept ") != n || !strings.Contains(out, fmt.Sprintf("(0 added, %d already there)", n)) {
 			t.Errorf("starter setup on %s: %v\n%s", ns, err, out)
 		}
 	}
@@ -733,7 +733,7 @@ func TestSetupSearchAttributes(t *testing.T) {
 		out, err = runStarter(t, nil, "setup", "-namespace", third)
 		return err == nil
 	})
-	if strings.Count(out, "added ") != 6 || !strings.Contains(out, "(6 added, 0 already there)") {
+	if n := len(want); strings.Count(out, "added ") != n || !strings.Contains(out, fmt.Sprintf("(%d added, 0 already there)", n)) {
 		t.Errorf("starter setup -namespace %s:\n%s", third, out)
 	}
 

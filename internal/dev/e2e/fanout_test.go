@@ -160,6 +160,11 @@ func TestBadRecordsGoToTheDLQ(t *testing.T) {
 		// past their bounds.
 		{starter.ReasonInvalidID, `{"id": "v2/batch/3", "type": "webhook"}`},
 		{starter.ReasonInvalidHeaders, `{"id": "c-hdr-` + runID + `", "type": "webhook", "headers": {"k": "` + strings.Repeat("v", 2000) + `"}}`},
+		// Issue 14: schedules.
+		{starter.ReasonInvalidDeliverAt, `{"id": "c-at-` + runID + `", "type": "webhook", "deliver_at": "next tuesday"}`},
+		{starter.ReasonInvalidDelay, `{"id": "c-delay-` + runID + `", "type": "webhook", "delay": "-5m"}`},
+		{starter.ReasonDeliverAtAndDelay, `{"id": "c-both-` + runID + `", "type": "webhook", "deliver_at": "2026-01-01T00:00:00Z", "delay": "1m"}`},
+		{starter.ReasonBeyondHorizon, `{"id": "c-far-` + runID + `", "type": "webhook", "delay": "8760h"}`},
 	}
 	var msgs []kafka.Message
 	for i, b := range bad {

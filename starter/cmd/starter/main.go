@@ -187,6 +187,8 @@ func runPublish(ctx context.Context, args []string) error {
 	count := fs.Int("count", 1, "number of events to publish")
 	traceparent := fs.String("traceparent", "", "W3C traceparent of the events' parent span (default: each event starts a trace)")
 	tracestate := fs.String("tracestate", "", "W3C tracestate to go with -traceparent")
+	deliverAt := fs.String("deliver-at", "", "schedule the events for this RFC 3339 time (deliver_at), e.g. 2026-12-24T09:00:00Z")
+	delay := fs.String("delay", "", "schedule the events this long after publishing (delay, a Go duration: 90s, 2h)")
 	h := cli.Help{Name: "starter publish", Args: "-id ID [flags]", Summary: `starter publish writes events ({"id","type","priority","payload"} envelopes) to the events
 topic, for demos and tests; producers write the same records with any Kafka client.`,
 		Env:   []cli.EnvGroup{{Vars: config.EnvVars(config.Kafka{})}},
@@ -202,6 +204,20 @@ topic, for demos and tests; producers write the same records with any Kafka clie
 	}
 	if *count < 1 {
 		return cli.Usagef("-count %d: want 1 or more", *count)
+	}
+	var at time.Time
+	switch {
+	case *deliverAt != "" && *delay != "":
+		return cli.Usagef("-deliver-at and -delay: give one of them")
+	case *deliverAt != "":
+		var err error
+		if at, err = time.Parse(time.RFC3339, *deliverAt); err != nil {
+			return cli.Usagef("-deliver-at %q is not an RFC 3339 time such as 2026-12-24T09:00:00Z", *deliverAt)
+		}
+	case *delay != "":
+		if d, err := time.ParseDuration(*delay); err != nil || d < 0 {
+			return cli.Usagef("-delay %q is not a non-negative Go duration such as 90s or 2h", *delay)
+		}
 	}
 	var cfg config.Kafka
 	if err := config.Load(&cfg); err != nil {
@@ -247,7 +263,8 @@ topic, for demos and tests; producers write the same records with any Kafka clie
 			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
 				attribute.String("messaging.destination.name", cfg.EventsTopic), attribute.String("fanout.event.id", evID)))
 		spans = append(spans, span)
-		m, err := starter.Record(sctx, starter.Envelope{ID: evID, Type: *typ, Priority: fanout.Priority(*prio), Payload: json.RawMessage(*payload)})
+		m, err := starter.Record(sctx, starter.Envelope{ID: evID, Type: *typ, Priority: fanout.Priority(*prio), Payload: json.RawMessage(*payload),
+			DeliverAt: at, Delay: *delay})
 		if err != nil {
 			return err
 		}

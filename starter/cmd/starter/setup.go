@@ -21,8 +21,8 @@ func runSetup(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
 	ns := fs.String("namespace", "", "namespace to set up (default: TEMPORAL_NAMESPACE, or \"default\")")
 	h := cli.Help{Name: "starter setup", Args: "[-namespace NS]", Summary: `starter setup registers fanout's search attributes (FanoutEventType, FanoutPriority,
-FanoutStatus, FanoutFound, FanoutDelivered, FanoutFailed) on the namespace through the
-operator service. It is idempotent: attributes already registered with the right type are
+FanoutStatus, FanoutFound, FanoutDelivered, FanoutFailed, FanoutScheduledFor) on the namespace
+through the operator service. It is idempotent: attributes already registered with the right type are
 kept; one registered with another type is an error.`,
 		Env: []cli.EnvGroup{cli.TemporalGroup()}}
 	if err := cli.Parse(fs, args, h, false); err != nil {

@@ -63,6 +63,8 @@ type gen struct {
 func run() error {
 	out := flag.String("out", "", "output directory (default: workflows/testdata/histories of the repository)")
 	keep := flag.Bool("keep", false, "keep the stack's directory (logs, Temporal database) and print it")
+	only := flag.String("only", "", "run only these scenarios (comma-separated: "+strings.Join(scenarioNames, ",")+
+		"); the index keeps the other histories as they are")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -110,11 +112,16 @@ func run() error {
 		{"inline", g.inline},
 		{"multi-batch", g.multiBatch},
 		{"continue-as-new", g.continueAsNew},
-		{"retries and dead letters", g.retries},
-		{"pause and resume", g.pauseResume},
+		{"retries", g.retries},
+		{"pause-resume", g.pauseResume},
 		{"cancel", g.cancel},
+		{"scheduled", g.scheduled},
+		{"occurrence", g.occurrence},
 	}
 	for _, st := range steps {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), st.name) {
+			continue
+		}
 		fmt.Fprintf(os.Stderr, "scenario %s...\n", st.name)
 		sctx, scancel := context.WithTimeout(ctx, 3*time.Minute)
 		err := st.fn(sctx)
@@ -123,8 +130,11 @@ func run() error {
 			return fmt.Errorf("scenario %s: %w", st.name, err)
 		}
 	}
-	return g.write()
+	return g.write(*only != "")
 }
+
+// scenarioNames are the names -only takes.
+var scenarioNames = []string{"inline", "multi-batch", "continue-as-new", "retries", "pause-resume", "cancel", "scheduled", "occurrence"}
 
 const (
 	evInline   = "hist-inline"
@@ -133,6 +143,8 @@ const (
 	evRetries  = "hist-retries"
 	evPause    = "hist-pause"
 	evCanceled = "hist-cancel"
+	evSched    = "hist-scheduled"
+	evRecur    = "hist-recurring"
 )
 
 func wid(eventID string) string { return stack.WorkflowID(eventID) }
@@ -283,6 +295,78 @@ func (g *gen) cancel(ctx context.Context) error {
 		"Fanout of 20,000 recipients rate-capped at 1,000/s and canceled after 2s: paging stops, open batches are canceled")
 }
 
+// scheduled: published with deliver_at 30 s ahead, moved to 2 s from the
+// update with reschedule, delivered then.
+func (g *gen) scheduled(ctx context.Context) error {
+	env := stack.Event{ID: evSched, Audience: 20}.Envelope()
+	env.DeliverAt = time.Now().Add(30 * time.Second)
+	if err := g.s.Publisher.Publish(ctx, env); err != nil {
+		return err
+	}
+	var p workflows.Progress
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var err error
+		if p, err = g.update(ctx, wid(evSched), vocab.RescheduleUpdate, "2s"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return err
+		}
+	}
+	res, err := g.s.Wait(ctx, evSched)
+	if err != nil {
+		return err
+	}
+	if res.Delivered != 20 || !res.ScheduledFor.Equal(p.ScheduledFor) {
+		return fmt.Errorf("unexpected result %+v (rescheduled to %v)", res.Progress, p.ScheduledFor)
+	}
+	return g.export(ctx, "fanout-scheduled.json", vocab.FanoutWorkflow, wid(evSched), "",
+		"Fanout of 20 recipients with deliver_at 30 s ahead (status scheduled, timer), moved 2 s ahead by the reschedule update, then delivered inline")
+}
+
+// occurrence: a Temporal Schedule's action starts Fanout (triggered once):
+// the event id becomes its occurrence id.
+func (g *gen) occurrence(ctx context.Context) error {
+	h, err := g.tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:     evRecur,
+		Spec:   client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: 24 * time.Hour}}},
+		Paused: true,
+		Action: &client.ScheduleWorkflowAction{
+			ID: wid(evRecur), Workflow: vocab.FanoutWorkflow, TaskQueue: vocab.EventsTaskQueue,
+			Args:                  []any{workflows.FanoutInput{Event: demoEvent(evRecur, 20)}},
+			TypedSearchAttributes: temporal.NewSearchAttributes(vocab.EventTypeKey.ValueSet(webhook.EventType), vocab.StatusKey.ValueSet(vocab.StatusRunning)),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = h.Delete(context.WithoutCancel(ctx)) }()
+	if err := h.Trigger(ctx, client.ScheduleTriggerOptions{}); err != nil {
+		return err
+	}
+	var started string
+	for deadline := time.Now().Add(30 * time.Second); started == ""; time.Sleep(200 * time.Millisecond) {
+		d, err := h.Describe(ctx)
+		if err != nil {
+			return err
+		}
+		if acts := d.Info.RecentActions; len(acts) > 0 && acts[0].StartWorkflowResult != nil {
+			started = acts[0].StartWorkflowResult.WorkflowID
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the schedule started nothing in 30 s")
+		}
+	}
+	var res workflows.FanoutResult
+	if err := g.tc.GetWorkflow(ctx, started, "").Get(ctx, &res); err != nil {
+		return err
+	}
+	if res.Delivered != 20 {
+		return fmt.Errorf("unexpected result %+v", res.Progress)
+	}
+	return g.export(ctx, "fanout-schedule-occurrence.json", vocab.FanoutWorkflow, started, "",
+		"Fanout started by a Temporal Schedule's action: the event id becomes its occurrence id (schedule-occurrence version marker), delivered inline")
+}
+
 func demoEvent(id string, audience int) fanout.Event {
 	p, _ := json.Marshal(demo.Payload{Audience: audience, Message: json.RawMessage(`{"text":"hi"}`)})
 	return fanout.Event{ID: id, Type: webhook.EventType, Payload: p}
@@ -391,14 +475,20 @@ func (g *gen) waitClosed(ctx context.Context, workflowID, runID string) error {
 }
 
 // write writes index.json and removes files of the previous index that are
-// no longer produced.
-func (g *gen) write() error {
+// no longer produced; with partial (-only), it keeps them and their entries.
+func (g *gen) write(partial bool) error {
 	if old, err := replay.ReadIndex(g.out); err == nil {
+		var kept []replay.IndexEntry
 		for _, e := range old {
-			if !slices.ContainsFunc(g.entries, func(n replay.IndexEntry) bool { return n.File == e.File }) {
+			switch {
+			case slices.ContainsFunc(g.entries, func(n replay.IndexEntry) bool { return n.File == e.File }):
+			case partial:
+				kept = append(kept, e)
+			default:
 				_ = os.Remove(filepath.Join(g.out, e.File))
 			}
 		}
+		g.entries = append(kept, g.entries...)
 	}
 	b, err := json.MarshalIndent(g.entries, "", "  ")
 	if err != nil {
