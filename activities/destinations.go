@@ -406,3 +406,65 @@ func destSummary(stats []DestinationStat) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// DestinationStats are an event's busiest destinations (the Fanout
+// workflow's progress): an array, so that the progress stays comparable;
+// unused entries have no Key.
+type DestinationStats [MaxDestinationStats]DestinationStat
+
+// MergeDestinationStats adds a batch's stats to an event's (deterministic,
+// no map): counts add up, the longest wait and the latest rate and breaker
+// state are kept, and the busiest MaxDestinationStats stay.
+func MergeDestinationStats(acc DestinationStats, batch []DestinationStat) DestinationStats {
+	if len(batch) == 0 {
+		return acc
+	}
+	all := make([]DestinationStat, 0, len(acc)+len(batch))
+	for _, s := range acc {
+		if s.Key != "" {
+			all = append(all, s)
+		}
+	}
+	for _, b := range batch {
+		i := slices.IndexFunc(all, func(s DestinationStat) bool { return s.Key == b.Key })
+		if i < 0 {
+			all = append(all, b)
+			continue
+		}
+		s := &all[i]
+		s.Throttled += b.Throttled
+		s.Rejected += b.Rejected
+		s.Waited = max(s.Waited, b.Waited)
+		if b.Rate > 0 {
+			s.Rate = b.Rate
+		}
+		s.BreakerOpen = b.BreakerOpen
+	}
+	SortDestinationStats(all)
+	var out DestinationStats
+	copy(out[:], all)
+	return out
+}
+
+// DestinationDetails is the part of an event's details line (the Temporal
+// UI) on its destinations: " · throttled: host 200/s (n waited) · breaker
+// open: host", or "" when none was throttled or broken.
+func DestinationDetails(stats DestinationStats) string {
+	var throttled, open []string
+	for _, s := range stats {
+		if s.Throttled > 0 {
+			throttled = append(throttled, fmt.Sprintf("%s %s (%d waited)", s.Key, limits.FormatRate(s.Rate), s.Throttled))
+		}
+		if s.BreakerOpen {
+			open = append(open, fmt.Sprintf("%s (%d not called)", s.Key, s.Rejected))
+		}
+	}
+	out := ""
+	if len(throttled) > 0 {
+		out += " · throttled: " + strings.Join(throttled, ", ")
+	}
+	if len(open) > 0 {
+		out += " · breaker open: " + strings.Join(open, ", ")
+	}
+	return out
+}

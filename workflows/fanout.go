@@ -80,6 +80,9 @@ type Progress struct {
 	Paused   bool  `json:",omitempty"`
 	// Rate is the delivery rate cap in recipients per second (0: none).
 	Rate float64 `json:",omitempty"`
+	// Destinations are the busiest throttled or broken destinations, from
+	// the batches' results (activities.MergeDestinationStats).
+	Destinations activities.DestinationStats `json:",omitzero"`
 }
 
 // FanoutResult is the outcome of an event's fan-out.
@@ -581,6 +584,7 @@ func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size i
 		r.prog.Duplicates += int64(res.Duplicates)
 		r.prog.Failed += int64(res.Failed)
 		r.prog.DeadLettered += int64(res.DeadLettered)
+		r.prog.Destinations = activities.MergeDestinationStats(r.prog.Destinations, res.Destinations)
 	}
 }
 
@@ -644,6 +648,7 @@ func (r *fanoutRun) setDetails() {
 	if p.Rate > 0 {
 		rate = fmt.Sprintf(" · rate cap %.0f/s", p.Rate)
 	}
+	rate += activities.DestinationDetails(p.Destinations)
 	workflow.SetCurrentDetails(r.ctx, fmt.Sprintf(
 		"%s · **%d delivered** of %d found · %d duplicates · %d failed (%d dead-lettered) · batches %d open, %d done · page %d, run %d%s",
 		state, p.Delivered, p.Found, p.Duplicates, p.Failed, p.DeadLettered, p.PendingBatches, p.BatchesCompleted, p.Pages, p.Runs, rate))
