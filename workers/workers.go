@@ -19,8 +19,8 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
-	"github.com/fanout/fanout/activities/limits"
 	"github.com/fanout/fanout/activities/gate"
+	"github.com/fanout/fanout/activities/limits"
 	"github.com/fanout/fanout/activities/staging"
 	"github.com/fanout/fanout/workflows"
 	"github.com/fanout/fanout/workflows/vocab"
