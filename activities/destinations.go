@@ -130,6 +130,8 @@ type destFeed struct {
 	queued    int
 	rates     map[string]float64
 	beat      func()
+	// take asks the limiter for one call (Limiter.Take); nil: no limits.
+	take func(ctx context.Context, eventType, dest string, perSecond float64) (time.Duration, error)
 
 	mu    sync.Mutex
 	stats map[string]*DestinationStat
@@ -147,6 +149,9 @@ func (a *Activities) newDestFeed(ctx context.Context, h fanout.Handler, in Deliv
 	f := &destFeed{d: d, eventType: in.Event.Type, key: destKeyer(h, in.Event.Type), def: opts.DestinationRate,
 		todo: todo, queues: map[string]*destQueue{}, rates: map[string]float64{}, beat: beat,
 		stats: map[string]*DestinationStat{}, bs: limits.ResolveBreaker(opts)}
+	if d.Limiter != nil {
+		f.take = d.Limiter.Take
+	}
 	if d.Overrides != nil {
 		var err error
 		if f.ov, err = d.Overrides.Get(ctx, in.Event.Type); err != nil && a.Logger != nil {
@@ -176,7 +181,7 @@ func (f *destFeed) next(ctx context.Context) (r fanout.Recipient, ok bool, err e
 		// A throttled destination whose time has come goes first.
 		for len(f.due) > 0 && !f.due[0].next.After(now) {
 			q := f.due[0]
-			wait, err := f.take(ctx, q.key, q.rate)
+			wait, err := f.take(ctx, f.eventType, q.key, q.rate)
 			if err != nil {
 				return r, false, err
 			}
@@ -204,10 +209,10 @@ func (f *destFeed) next(ctx context.Context) (r fanout.Recipient, ok bool, err e
 				continue
 			}
 			rate := f.rate(key)
-			if rate <= 0 || f.d.Limiter == nil {
+			if rate <= 0 || f.take == nil {
 				return r, true, nil
 			}
-			wait, err := f.take(ctx, key, rate)
+			wait, err := f.take(ctx, f.eventType, key, rate)
 			if err != nil {
 				return r, false, err
 			}
@@ -232,10 +237,6 @@ func (f *destFeed) next(ctx context.Context) (r fanout.Recipient, ok bool, err e
 			return r, false, err
 		}
 	}
-}
-
-func (f *destFeed) take(ctx context.Context, key string, rate float64) (time.Duration, error) {
-	return f.d.Limiter.Take(ctx, f.eventType, key, rate)
 }
 
 func (f *destFeed) enqueue(q *destQueue, r fanout.Recipient, now time.Time) {

@@ -41,10 +41,11 @@ const (
 )
 
 // CleanKey returns the destination key k as fanout uses it: lower-case, of
-// letters, digits and ".-_:[]" only, at most MaxKeyLen bytes. A key that is
-// not already so (too long, other bytes) keeps a readable prefix of its
+// letters, digits and ".-_:[]~" only, at most MaxKeyLen bytes. A key that
+// is not already so (too long, other bytes) keeps a readable prefix of its
 // allowed bytes and ends in "~" and a hash of the whole key, so two
-// different keys never share a limit by accident. "" is "-".
+// different keys never share a limit by accident. "" is "-". CleanKey of a
+// clean key is that key, so an operator can name a key as the UI shows it.
 func CleanKey(k string) string {
 	if k == "" {
 		return "-"
@@ -70,7 +71,7 @@ func CleanKey(k string) string {
 }
 
 func keyByte(c rune) bool {
-	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.ContainsRune(".-_:[]", c)
+	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.ContainsRune(".-_:[]~", c)
 }
 
 // RateKey is the limiter's key of destination dest (cleaned) of the type.
