@@ -312,8 +312,9 @@ type DeliverBatchResult struct {
 type deliverProgress struct {
 	Done  int
 	Total int
-	// Destinations: throttled destinations and open breakers, in a line.
-	Destinations string `json:",omitempty"`
+	// Destinations: the busiest throttled or broken destinations so far
+	// (destinations.go; a retry goes on from them).
+	Destinations []DestinationStat `json:",omitempty"`
 }
 
 type outcome struct {
@@ -699,6 +700,7 @@ feed:
 	if feedErr != nil {
 		return nil, 0, nil, feedErr
 	}
+	dfeed.finalBeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
 	return out, left, dfeed.results(), nil
 }
 

@@ -152,6 +152,17 @@ func (a *Activities) newDestFeed(ctx context.Context, h fanout.Handler, in Deliv
 	if d.Limiter != nil {
 		f.take = d.Limiter.Take
 	}
+	// A retry goes on from the stats of the attempts before it (their last
+	// heartbeat, flushed when they failed), so the batch's result counts
+	// the throttling of every attempt.
+	var prev deliverProgress
+	if activity.HasHeartbeatDetails(ctx) && activity.GetHeartbeatDetails(ctx, &prev) == nil {
+		for _, s := range prev.Destinations {
+			if s.Key != "" {
+				f.stats[s.Key] = &s
+			}
+		}
+	}
 	if d.Overrides != nil {
 		var err error
 		if f.ov, err = d.Overrides.Get(ctx, in.Event.Type); err != nil && a.Logger != nil {
@@ -329,12 +340,14 @@ func SortDestinationStats(s []DestinationStat) {
 	})
 }
 
-// summary is the stats in a line (heartbeats).
-func (f *destFeed) summary() string {
-	if s := destSummary(f.results()); s != "none" {
-		return s
+// finalBeat records the attempt's last heartbeat with its stats: when the
+// attempt fails (a retry), the SDK flushes it, and the next attempt starts
+// from it.
+func (f *destFeed) finalBeat(ctx context.Context, p deliverProgress) {
+	if f == nil || len(f.stats) == 0 {
+		return
 	}
-	return ""
+	heartbeatDetail(ctx, f, p)
 }
 
 // sleepBeating sleeps d in steps of at most a second, calling beat between
@@ -360,7 +373,7 @@ func sleepBeating(ctx context.Context, d time.Duration, beat func()) error {
 // heartbeatDetail is the destinations part of DeliverBatch's heartbeat.
 func heartbeatDetail(ctx context.Context, f *destFeed, p deliverProgress) {
 	if f != nil {
-		p.Destinations = f.summary()
+		p.Destinations = f.results()
 	}
 	activity.RecordHeartbeat(ctx, p)
 }
