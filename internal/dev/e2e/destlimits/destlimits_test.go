@@ -10,7 +10,6 @@ package destlimits
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	sdkpb "go.temporal.io/api/sdk/v1"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
@@ -277,6 +278,20 @@ func TestLimitedHostThrottledOthersAtFullSpeedFailingHostBroken(t *testing.T) {
 	if !strings.Contains(details, "throttled: "+a.addr+" 200/s") || !strings.Contains(details, "breaker open: "+c.addr) {
 		t.Errorf("details %q: want A throttled and C's breaker open", details)
 	}
+	// The Temporal UI's "current details" of the event (the metadata query
+	// the UI sends) name both.
+	v, err := s.TC.QueryWorkflow(ctx, stack.WorkflowID(id), "", "__temporal_workflow_metadata")
+	var md sdkpb.WorkflowMetadata
+	if err == nil {
+		err = v.Get(&md)
+	}
+	if err != nil {
+		t.Errorf("workflow metadata query: %v", err)
+	} else if cd := md.GetCurrentDetails(); !strings.Contains(cd, details) {
+		t.Errorf("the UI's current details %q lack %q", cd, details)
+	} else {
+		t.Logf("UI current details: %s", cd)
+	}
 	metrics := get(t, "http://127.0.0.1:"+strconv.Itoa(mport)+"/metrics")
 	for _, m := range []string{"fanout_destination_breaker_opened_total", "fanout_destination_breaker_rejected_total", "fanout_destination_throttled_total"} {
 		if v := metricValue(metrics, m); v <= 0 {
@@ -324,5 +339,3 @@ func metricValue(body, m string) float64 {
 }
 
 func clock(t time.Time) string { return t.Format("15:04:05.000") }
-
-var _ = fmt.Sprint
