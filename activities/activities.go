@@ -368,7 +368,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		// Paced past the attempt's deadline: the next attempt presents the
 		// same attempt id, skips what this one delivered and goes on.
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("paced at %.4g/s or throttled (%s): %d of %d recipients left to the next attempt (%v)", in.Rate, destSummary(dests), left, len(in.Recipients), errPaceDeadline),
+			fmt.Sprintf("%s: %d of %d recipients left to the next attempt (%v)", leftWhy(in, dests), left, len(in.Recipients), errPaceDeadline),
 			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
 	}
 	if len(giveUp) > 0 && a.Logger != nil {

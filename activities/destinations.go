@@ -407,6 +407,16 @@ func (s *feeder) remaining() int {
 	return len(s.todo) - s.i
 }
 
+// leftWhy says why a batch left recipients to its next attempt: its rate
+// cap, its destinations' limits, or both.
+func leftWhy(in DeliverBatchInput, stats []DestinationStat) string {
+	why := "throttled (" + destSummary(stats) + ")"
+	if in.Rate > 0 {
+		why = fmt.Sprintf("paced at %.4g/s, %s", in.Rate, why)
+	}
+	return why
+}
+
 // destSummary is stats in a line ("none" without any).
 func destSummary(stats []DestinationStat) string {
 	var parts []string
