@@ -186,10 +186,14 @@ type TypeOptions struct {
 	// 0: no limit. Operators change it per type and per destination at
 	// run time without a restart (`starter limits`).
 	DestinationRate float64 `json:"destination_rate,omitempty"`
-	// BreakerFailures opens a destination's circuit breaker after this many
-	// consecutive failed calls: its deliveries then wait BreakerCooldown
-	// without calling it, and the rest of the batch goes on. 0:
-	// DefaultBreakerFailures; negative: no breaker.
+	// BreakerFailures opens a destination's circuit breaker (per delivery
+	// worker) after this many consecutive failed calls (5xx, 408, 429,
+	// timeouts, connection errors; not a permanent answer): for
+	// BreakerCooldown its deliveries are not called but fail at once as
+	// transient (circuit_open, Retry-After the cooldown), so the rest of
+	// the batch goes on, the batch retries them after the cooldown, and a
+	// destination that stays down has them dead-lettered after
+	// MaxAttempts. 0: DefaultBreakerFailures; negative: no breaker.
 	BreakerFailures int `json:"breaker_failures,omitempty"`
 	// BreakerCooldown is how long an open breaker waits before it lets one
 	// trial call through. 0: DefaultBreakerCooldown.

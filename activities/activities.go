@@ -43,7 +43,10 @@ type Activities struct {
 	// DeliverConcurrency, when set, replaces the batches' own concurrency:
 	// a delivery worker's concurrent calls are BatchSlots × this.
 	DeliverConcurrency int
-	Logger             *slog.Logger
+	// Destinations limits and breaks deliveries per destination (see
+	// destinations.go); nil: neither.
+	Destinations *Destinations
+	Logger       *slog.Logger
 }
 
 // Error types of non-retryable application errors.
@@ -305,12 +308,18 @@ type DeliverBatchResult struct {
 	DeadLettered int
 	Unconfirmed  int `json:",omitempty"`
 	Failures     []Failure
+	// Destinations are the busiest destinations' throttling and breakers
+	// (at most MaxDestinationStats; see destinations.go).
+	Destinations []DestinationStat `json:",omitempty"`
 }
 
 // deliverProgress is the heartbeat detail of DeliverBatch.
 type deliverProgress struct {
 	Done  int
 	Total int
+	// Destinations: the busiest throttled or broken destinations so far
+	// (destinations.go; a retry goes on from them).
+	Destinations []DestinationStat `json:",omitempty"`
 }
 
 type outcome struct {
@@ -344,10 +353,11 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
-	outcomes, left, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
+	outcomes, left, dests, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
+	res.Destinations = dests
 	failed := res.addDelivered(outcomes)
 	if err := a.countFailures(ctx, in, failed); err != nil {
 		return DeliverBatchResult{}, err
@@ -370,7 +380,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		// Paced past the attempt's deadline: the next attempt presents the
 		// same attempt id, skips what this one delivered and goes on.
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("paced at %.4g/s: %d of %d recipients left to the next attempt (%v)", in.Rate, left, len(in.Recipients), errPaceDeadline),
+			fmt.Sprintf("%s: %d of %d recipients left to the next attempt (%v)", leftWhy(in, dests), left, len(in.Recipients), errPaceDeadline),
 			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
 	}
 	if len(giveUp) > 0 && a.Logger != nil {
@@ -590,7 +600,10 @@ func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
 // pace (pacer); left counts the recipients of todo not tried because the
 // pace would outlast the attempt (they are not failures: the retry
 // delivers them).
-func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left int, _ error) {
+//
+// A recipient whose destination is over its limit or behind an open
+// breaker does not hold the feed or a slot (destFeed, destinations.go).
+func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left int, _ []DestinationStat, _ error) {
 	conc := in.Concurrency
 	if a.DeliverConcurrency > 0 {
 		conc = a.DeliverConcurrency
@@ -635,6 +648,12 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		}
 		flushed <- ferr
 	}()
+	var dfeed *destFeed
+	beat := func() { // mu held
+		lastBeat = time.Now()
+		heartbeatDetail(ctx, dfeed, deliverProgress{Done: done, Total: len(in.Recipients)})
+	}
+	dfeed = a.newDestFeed(ctx, h, in, todo, func() { mu.Lock(); defer mu.Unlock(); beat() })
 	// conc long-lived workers rather than a goroutine per recipient: a
 	// delivery's call depth (net/http) grows a fresh goroutine's stack
 	// every time, which cost ~7% of the delivery worker's CPU.
@@ -649,7 +668,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 					return err
 				}
 				if call {
-					derr = observeDeliver(gctx, h, in, r) // h.Deliver, timed (metrics.go)
+					derr = dfeed.deliver(gctx, h, in, r) // h.Deliver, timed (metrics.go), through the breaker
 				}
 				o := outcome{r: r, err: derr}
 				if derr != nil {
@@ -661,8 +680,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 				out = append(out, o)
 				done++
 				if time.Since(lastBeat) > time.Second {
-					lastBeat = time.Now()
-					activity.RecordHeartbeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+					beat()
 				}
 				mu.Unlock()
 			}
@@ -672,18 +690,28 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		lastBeat = time.Now()
-		activity.RecordHeartbeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+		beat()
 	})
+	src := &feeder{f: dfeed, todo: todo}
+	var feedErr error
 feed:
-	for i, r := range todo {
-		if pace != nil {
+	for {
+		if pace != nil && src.more() {
 			if err := pace.wait(gctx); err != nil {
 				if errors.Is(err, errPaceDeadline) {
-					left = len(todo) - i
+					left = src.remaining()
 				}
 				break feed
 			}
+		}
+		r, ok, err := src.next(gctx)
+		if !ok {
+			if errors.Is(err, errPaceDeadline) {
+				left = src.remaining()
+			} else if err != nil && gctx.Err() == nil {
+				feedErr = err // the limiter's Redis: retry the batch
+			}
+			break feed
 		}
 		select {
 		case work <- r:
@@ -695,15 +723,19 @@ feed:
 	werr := g.Wait()
 	close(marks)
 	if ferr := <-flushed; ferr != nil {
-		return nil, 0, ferr
+		return nil, 0, nil, ferr
 	}
 	if werr != nil {
-		return nil, 0, werr
+		return nil, 0, nil, werr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
-	return out, left, nil
+	if feedErr != nil {
+		return nil, 0, nil, feedErr
+	}
+	dfeed.finalBeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+	return out, left, dfeed.results(), nil
 }
 
 // deadLetter publishes the given-up recipients to the deliveries DLQ, then

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -187,4 +188,60 @@ func (i *metricsActivityInbound) ExecuteActivity(ctx context.Context, in *interc
 	}
 	observeBatch(ctx, bin, res, err, time.Since(start))
 	return ret, err
+}
+
+// Destination metrics (bounded: by event type only, never by destination,
+// which comes from hostile input; the hosts are in the batch results, the
+// heartbeats and the logs).
+//
+//	fanout.destination.throttled        counter  deliveries that waited for their destination's rate limit
+//	fanout.destination.breaker.rejected counter  deliveries not made because their destination's breaker was open
+//	fanout.destination.breaker.opened   counter  breakers that opened (after consecutive failures, or a failed trial)
+//	fanout.destination.breakers.open    gauge    breakers open or half-open now, per worker
+var (
+	destOnce sync.Once
+	destInst struct {
+		throttled, rejected, opened metric.Int64Counter
+		open                        metric.Int64UpDownCounter
+	}
+)
+
+func destMeters() *struct {
+	throttled, rejected, opened metric.Int64Counter
+	open                        metric.Int64UpDownCounter
+} {
+	destOnce.Do(func() {
+		m := otel.GetMeterProvider().Meter(meterName)
+		destInst.throttled, _ = m.Int64Counter("fanout.destination.throttled", metric.WithUnit("{recipient}"),
+			metric.WithDescription("Deliveries that waited for their destination's rate limit"))
+		destInst.rejected, _ = m.Int64Counter("fanout.destination.breaker.rejected", metric.WithUnit("{recipient}"),
+			metric.WithDescription("Deliveries not made because their destination's circuit breaker was open"))
+		destInst.opened, _ = m.Int64Counter("fanout.destination.breaker.opened", metric.WithUnit("{breaker}"),
+			metric.WithDescription("Destination circuit breakers that opened"))
+		destInst.open, _ = m.Int64UpDownCounter("fanout.destination.breakers.open", metric.WithUnit("{breaker}"),
+			metric.WithDescription("Destination circuit breakers open or half-open now"))
+	})
+	return &destInst
+}
+
+func observeThrottled(eventType string) {
+	destMeters().throttled.Add(context.Background(), 1, attrs(eventType, "", "", ""))
+}
+
+func observeRejected(eventType string) {
+	destMeters().rejected.Add(context.Background(), 1, attrs(eventType, "", "", ""))
+}
+
+// observeBreaker counts a breaker's state change.
+func observeBreaker(eventType string, from, to gobreaker.State) {
+	m, ctx, o := destMeters(), context.Background(), attrs(eventType, "", "", "")
+	switch {
+	case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
+		m.opened.Add(ctx, 1, o)
+		m.open.Add(ctx, 1, o)
+	case to == gobreaker.StateOpen:
+		m.opened.Add(ctx, 1, o)
+	case to == gobreaker.StateClosed:
+		m.open.Add(ctx, -1, o)
+	}
 }

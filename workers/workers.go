@@ -20,6 +20,7 @@ import (
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/activities/gate"
+	"github.com/fanout/fanout/activities/limits"
 	"github.com/fanout/fanout/activities/staging"
 	"github.com/fanout/fanout/workflows"
 	"github.com/fanout/fanout/workflows/vocab"
@@ -89,6 +90,10 @@ func Run(ctx context.Context, o Options) error {
 		if !o.DisableDedup {
 			acts.Gate = gate.New(o.Redis, o.GateTTL)
 		}
+		// Per-destination limits (shared through Redis, overridden at run
+		// time by `starter limits`) and breakers (in process).
+		acts.Destinations = activities.NewDestinations(limits.NewLimiter(o.Redis), &limits.Cache{Store: limits.Store{RDB: o.Redis}},
+			func(msg string, args ...any) { log.Warn(msg, args...) })
 	}
 	if acts.Gate == nil {
 		log.Warn("dedup gate is OFF: duplicates are not suppressed")

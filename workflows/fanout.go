@@ -100,6 +100,9 @@ type Progress struct {
 	Unconfirmed int64 `json:",omitempty"`
 	// ScheduledFor is the time a scheduled event waits (or waited) for.
 	ScheduledFor time.Time `json:",omitzero"`
+	// Destinations are the busiest throttled or broken destinations, from
+	// the batches' results (activities.MergeDestinationStats).
+	Destinations activities.DestinationStats `json:",omitzero"`
 }
 
 // FanoutResult is the outcome of an event's fan-out.
@@ -638,6 +641,7 @@ func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size i
 		r.prog.Failed += int64(res.Failed)
 		r.prog.DeadLettered += int64(res.DeadLettered)
 		r.prog.Unconfirmed += int64(res.Unconfirmed)
+		r.prog.Destinations = activities.MergeDestinationStats(r.prog.Destinations, res.Destinations)
 	}
 }
 
@@ -705,9 +709,14 @@ func (r *fanoutRun) setDetails() {
 	if p.Rate > 0 {
 		rate = fmt.Sprintf(" · rate cap %.0f/s", p.Rate)
 	}
+	rate += activities.DestinationDetails(p.Destinations)
+	unconfirmed := ""
+	if p.Unconfirmed > 0 {
+		unconfirmed = fmt.Sprintf(", %d unconfirmed at most once", p.Unconfirmed)
+	}
 	workflow.SetCurrentDetails(r.ctx, fmt.Sprintf(
-		"%s · **%d delivered** of %d found · %d duplicates · %d failed (%d dead-lettered) · batches %d open, %d done · page %d, run %d%s",
-		state, p.Delivered, p.Found, p.Duplicates, p.Failed, p.DeadLettered, p.PendingBatches, p.BatchesCompleted, p.Pages, p.Runs, rate))
+		"%s · **%d delivered** of %d found · %d duplicates · %d failed (%d dead-lettered%s) · batches %d open, %d done · page %d, run %d%s",
+		state, p.Delivered, p.Found, p.Duplicates, p.Failed, p.DeadLettered, unconfirmed, p.PendingBatches, p.BatchesCompleted, p.Pages, p.Runs, rate))
 }
 
 // maybeUpsertCounts upserts the count search attributes, at most every

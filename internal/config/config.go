@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/activities/limits"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
@@ -134,6 +136,14 @@ type Worker struct {
 	MaxAttempts  int           `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`
 	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
 	RetryMax     time.Duration `env:"FANOUT_RETRY_MAX" envDefault:"1m"`
+	// DestinationRate: the webhook type's default limit per destination
+	// host, in calls per second shared by every delivery worker (0: none;
+	// `starter limits` overrides it at run time). BreakerFailures: calls in
+	// a row that fail before a host's breaker opens (0: 5; -1: no breaker);
+	// BreakerCooldown: how long it stays open (0: 30s).
+	DestinationRate float64       `env:"FANOUT_DESTINATION_RATE"`
+	BreakerFailures int           `env:"FANOUT_BREAKER_FAILURES"`
+	BreakerCooldown time.Duration `env:"FANOUT_BREAKER_COOLDOWN"`
 	// Queues the process serves: events and/or the priorities high, normal, low.
 	Queues []string `env:"FANOUT_QUEUES" envSeparator:","`
 	// Bridge also runs the Kafka bridge in this process (configured by the
@@ -297,6 +307,9 @@ func (w *Worker) Validate() error {
 	if w.DeliveriesDLQ == "" {
 		return fmt.Errorf("FANOUT_DELIVERIES_DLQ_TOPIC: empty")
 	}
+	if math.IsNaN(w.DestinationRate) || w.DestinationRate > limits.MaxRate {
+		return fmt.Errorf("FANOUT_DESTINATION_RATE: %v outside 0..%v", w.DestinationRate, limits.MaxRate)
+	}
 	if err := w.TypeOptions().Validate(); err != nil {
 		// TypeOptions name the field; say which variable set it.
 		return errors.New(typeOptionVars.Replace(err.Error()))
@@ -371,7 +384,8 @@ var typeOptionVars = strings.NewReplacer(
 	"BatchSize:", "FANOUT_BATCH_SIZE:", "PageSize:", "FANOUT_PAGE_SIZE:", "Window:", "FANOUT_WINDOW:",
 	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
 	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:", "LargeBatchSize:", "FANOUT_LARGE_BATCH_SIZE:",
-	"Semantics:", "FANOUT_SEMANTICS:")
+	"Semantics:", "FANOUT_SEMANTICS:",
+	"DestinationRate:", "FANOUT_DESTINATION_RATE:", "BreakerCooldown:", "FANOUT_BREAKER_COOLDOWN:")
 
 // Webhook is the stock webhook type's handler as configured.
 func (w *Worker) Webhook() *webhook.Handler {
@@ -437,7 +451,8 @@ func (w *Worker) TypeOptions() fanout.TypeOptions {
 		BatchSize: w.BatchSize, PageSize: w.PageSize, Window: w.Window,
 		DeliverConcurrency: w.DeliverConcurrency, MaxAttempts: w.MaxAttempts,
 		LocalDeliveryMax: w.LocalDeliveryMax, LargeBatchSize: w.LargeBatchSize,
-		Semantics: w.Semantics,
+		Semantics:       w.Semantics,
+		DestinationRate: w.DestinationRate, BreakerFailures: w.BreakerFailures, BreakerCooldown: w.BreakerCooldown,
 	}
 }
 

@@ -357,6 +357,19 @@ func (h *Handler) GenerateMessage(_ context.Context, ev fanout.Event) (fanout.Me
 	return m, nil
 }
 
+// DestinationKey is the recipient's destination for the per-destination
+// limits and breakers (fanout.DestinationKeyer): the address's host and
+// port as written, lower-case ("hooks.example.com", "127.0.0.1:8080"), or
+// "invalid" for an address that does not parse (its delivery fails
+// permanently anyway). fanout cleans and bounds it (activities/limits).
+func (h *Handler) DestinationKey(r fanout.Recipient) string {
+	u, err := url.Parse(r.Address)
+	if err != nil || u.Host == "" {
+		return "invalid"
+	}
+	return strings.ToLower(u.Host)
+}
+
 // Deliver POSTs the message to the recipient's address.
 func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipient, m fanout.Message) error {
 	if r.Address == "" {

@@ -5,6 +5,7 @@
 //	starter redrive   re-deliver dead letters of the deliveries DLQ through the same gate
 //	starter redrive-events   re-publish records of the events DLQ after a fix
 //	starter replay    replay workflow histories (files or a live query) against this code
+//	starter limits    set, unset or show the per-destination rate limits of an event type
 //	starter setup     register fanout's search attributes on a namespace (idempotent)
 //	starter codec-server   serve the payload codec to the Temporal UI and CLI (token, CORS)
 //
@@ -72,6 +73,8 @@ func main() {
 		err = runRedriveEvents(ctx, args[1:])
 	case "replay":
 		err = runReplay(ctx, args[1:])
+	case "limits":
+		err = runLimits(ctx, args[1:])
 	case "setup":
 		err = runSetup(ctx, args[1:])
 	case "codec-server":
@@ -93,6 +96,7 @@ var commands = []struct{ name, summary string }{
 	{"redrive", "re-deliver dead letters of the deliveries DLQ through the same gate (-dry-run lists them)"},
 	{"redrive-events", "re-publish records of the events DLQ after a fix (-dry-run lists them)"},
 	{"replay", "replay workflow histories (files or a live query) against this code"},
+	{"limits", "set, unset or show the per-destination rate limits of an event type (no restart)"},
 	{"setup", "register fanout's search attributes on a namespace (idempotent)"},
 	{"codec-server", "serve the payload codec to the Temporal UI and CLI (token, CORS)"},
 	{"version", "print the version (module, VCS revision, dirty flag, Go)"},
