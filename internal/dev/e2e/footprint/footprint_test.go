@@ -10,7 +10,8 @@
 //
 //	go test -tags integration ./internal/dev/e2e/footprint -v
 //
-// FOOTPRINT_FLAGS and FOOTPRINT_ENV add flags and environment to the dev
+// FOOTPRINT_RATE=N publishes the small events at N per second instead of
+// all at once. FOOTPRINT_FLAGS and FOOTPRINT_ENV add flags and environment to the dev
 // server (stack.Options.TemporalFlags, TemporalEnv) to try its dynamic
 // config; FOOTPRINT_PERF=FILE records a perf profile of it during the small
 // events.
@@ -31,6 +32,9 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/fanout/fanout/internal/dev/stack"
 )
@@ -126,6 +130,13 @@ func publishAndWait(t *testing.T, evs []stack.Event, timeout time.Duration) {
 	if err := st.Publish(context.Background(), evs...); err != nil {
 		t.Fatal(err)
 	}
+	waitDelivered(t, evs, timeout)
+}
+
+// waitDelivered waits (bounded) until the sink has every recipient of
+// each event.
+func waitDelivered(t *testing.T, evs []stack.Event, timeout time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for _, e := range evs {
 		for st.Sink.Event(e.ID).Unique < e.Audience {
@@ -186,7 +197,10 @@ func logRates(t *testing.T, before, after metrics, n int, unit string, min float
 // task), three commands (one marker, one upsert, the completion), seven
 // history events and at most one visibility write besides its close.
 func TestSmallEventFootprint(t *testing.T) {
-	const n, aud = 300, 20
+	n, aud := 300, 20
+	if v, _ := strconv.Atoi(os.Getenv("FOOTPRINT_EVENTS")); v > 0 {
+		n = v
+	}
 	mk := func(prefix string, k int) []stack.Event {
 		evs := make([]stack.Event, k)
 		for i := range evs {
@@ -209,12 +223,24 @@ func TestSmallEventFootprint(t *testing.T) {
 		}
 		defer func() { _ = perf.Process.Signal(os.Interrupt); _ = perf.Wait() }()
 	}
-	publishAndWait(t, mk("fp", n), 3*time.Minute)
+	evs := mk("fp", n)
+	if rate, _ := strconv.ParseFloat(os.Getenv("FOOTPRINT_RATE"), 64); rate > 0 {
+		// Paced, as the bench's light scenarios publish.
+		for i := range evs {
+			time.Sleep(time.Until(t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+			if err := st.Publish(context.Background(), evs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitDelivered(t, evs, 3*time.Minute)
+	} else {
+		publishAndWait(t, evs, 3*time.Minute)
+	}
 	busy, secs := temporalCPU(t)-c0, time.Since(t0).Seconds()
 	// The closes' visibility writes come up to 1/VisibilityPollRPS later.
 	time.Sleep(3 * time.Second / stack.VisibilityPollRPS)
 	m1 := scrape(t)
-	t.Logf("dev server CPU: %.2f ms per small event (%d events in %.1f s; idle %.1f ms/s, subtracted)", (busy-idle*secs)/n*1000, n, secs, idle*1000)
+	t.Logf("dev server CPU: %.2f ms per small event (%d events in %.1f s; idle %.1f ms/s, subtracted)", (busy-idle*secs)/float64(n)*1000, n, secs, idle*1000)
 	logRates(t, m0, m1, n, "event", 0.5)
 
 	h := eventTypes(t, stack.WorkflowID("fp-7"))
@@ -289,5 +315,62 @@ func TestBatchFootprint(t *testing.T) {
 	t.Logf("per batch: %.2f workflow tasks, %.2f activity completions", wft, acts)
 	if wft > 4 || acts < 1 || acts > 1.5 {
 		t.Errorf("per batch: %.2f workflow tasks (want <= 4), %.2f activity completions (want 1)", wft, acts)
+	}
+}
+
+// noop is the least a workflow can be: one workflow task that completes it.
+func noop(workflow.Context) error { return nil }
+
+// The floor under a small event: the dev server's CPU per workflow that
+// does nothing, started eagerly (as the bridge in the events worker starts
+// events), measured like TestSmallEventFootprint. A small event costs this
+// plus its marker, its search attributes and its history; the difference
+// is what fanout adds.
+func TestNoopWorkflowFloor(t *testing.T) {
+	n := 1000
+	if v, _ := strconv.Atoi(os.Getenv("FOOTPRINT_EVENTS")); v > 0 {
+		n = v
+	}
+	const queue = "footprint-noop"
+	w := worker.New(st.TC, queue, worker.Options{})
+	w.RegisterWorkflow(noop)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	ctx := context.Background()
+	// Completions are counted from the server's metrics, so that waiting
+	// for the results costs the server nothing.
+	const success = "workflow_success{operation=CompletionStats,service_name=history}"
+	start := func(prefix string, k int) {
+		before := scrape(t)[success]
+		for i := range k {
+			if _, err := st.TC.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", prefix, i), TaskQueue: queue, EnableEagerStart: true}, noop); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(time.Minute)
+		for scrape(t)[success] < before+float64(k) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d no-op workflows not completed after a minute", k)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	start("noop-warm", 20)
+	time.Sleep(2 * time.Second)
+	c0, t0 := temporalCPU(t), time.Now()
+	m0 := scrape(t)
+	start("noop", n)
+	busy, secs := temporalCPU(t)-c0, time.Since(t0).Seconds()
+	time.Sleep(3 * time.Second / stack.VisibilityPollRPS)
+	m1 := scrape(t)
+	t.Logf("dev server CPU: %.2f ms per no-op workflow (%d in %.1f s, %.2f requests each)", busy/float64(n)*1000, n, secs,
+		per(m0, m1, "service_requests{operation=StartWorkflowExecution,service_name=frontend}", n)+per(m0, m1, "service_requests{operation=RespondWorkflowTaskCompleted,service_name=frontend}", n))
+	if eager := per(m0, m1, "workflow_eager_execution{service_name=history}", n); eager < 0.99 {
+		t.Errorf("%.2f eager starts per no-op workflow, want 1", eager)
+	}
+	if h := eventTypes(t, "noop-7"); total(h) != 5 {
+		t.Errorf("no-op history: %v, want 5 events", h)
 	}
 }
