@@ -52,8 +52,10 @@ type OpenResult struct {
 // Open runs an event's first steps in one local activity: Prepare, the
 // first page, and the delivery of an audience that is one small batch, so
 // that such an event records one marker in its only workflow task instead
-// of three. Only Prepare's errors fail it; a failed page is asked again by
-// the workflow, and a failed delivery handed to the delivery queue.
+// of three. Prepare's errors and a page's non-retryable one fail it (the
+// workflow then fails the event with a non-retryable one); a page that
+// failed otherwise is asked again by the workflow, and a failed delivery
+// handed to the delivery queue.
 func (a *Activities) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
 	return OpenSteps{Prepare: a.Prepare, Page: a.RecipientsPage, Deliver: a.DeliverBatch, Logger: a.Logger}.Open(ctx, in)
 }
@@ -80,6 +82,12 @@ func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
 		return res, nil // the workflow fails the event
 	}
 	page, err := s.Page(ctx, RecipientsPageInput{Event: in.Event, Limit: opts.PageSize, BatchSize: opts.BatchSize})
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && ae.NonRetryable() {
+		// page_too_large, a recipients URL refused...: the event fails
+		// with it, and the endpoint is not asked again.
+		return OpenResult{}, err
+	}
 	if err != nil {
 		if s.Logger != nil {
 			s.Logger.WarnContext(ctx, "first page failed; the workflow asks again", "event", in.Event.ID, "error", err)
@@ -95,7 +103,6 @@ func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
 	d, err := s.Deliver(dctx, NewBatchInput(in.Event, prio, 0, prep.Message, opts, page.Recipients, nil))
 	if err != nil {
 		res.DeliverError = err.Error()
-		var ae *temporal.ApplicationError
 		if errors.As(err, &ae) {
 			res.DeliverErrorType, res.DeliverNonRetryable, res.DeliverRetryDelay = ae.Type(), ae.NonRetryable(), ae.NextRetryDelay()
 		}

@@ -33,7 +33,6 @@ func TestOpen(t *testing.T) {
 		{name: "empty audience", n: 0, wantPaged: true},
 		{name: "transient failure: to the delivery queue", n: 5, wantPaged: true, wantRetry: true,
 			fail: failPermanentOrRetryAfter("none", "r3")},
-		{name: "bad payload: page failed", payload: `not json`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,5 +90,35 @@ func TestOpenPrepareFails(t *testing.T) {
 	}}
 	if _, err := steps.Open(t.Context(), activities.OpenInput{Event: event("open-fail", 3)}); !errors.Is(err, want) {
 		t.Fatalf("Open: %v, want %v", err, want)
+	}
+}
+
+// TestOpenPageFails: a page's non-retryable error (here: get_recipients
+// says Permanent) fails Open, so the event fails without asking the
+// endpoint again; another error leaves the page to the workflow.
+func TestOpenPageFails(t *testing.T) {
+	h := &audience{delivered: map[string]int{}}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	acts := &activities.Activities{Registry: reg}
+	env.RegisterActivity(acts)
+	ev := event("open-bad", 3)
+	ev.Payload = []byte("not json")
+	if _, err := env.ExecuteLocalActivity(acts.Open, activities.OpenInput{Event: ev}); err == nil || h.pages != 0 {
+		t.Fatalf("Open with a permanent page error: %v (%d pages served), want the error", err, h.pages)
+	}
+
+	prepared := activities.PrepareResult{Message: fanout.Message{Body: []byte("hi")}, Options: fanout.TypeOptions{LocalDeliveryMax: 100}}
+	steps := activities.OpenSteps{
+		Prepare: func(context.Context, activities.PrepareInput) (activities.PrepareResult, error) { return prepared, nil },
+		Page: func(context.Context, activities.RecipientsPageInput) (activities.PageResult, error) {
+			return activities.PageResult{}, errors.New("connection reset")
+		},
+	}
+	res, err := steps.Open(t.Context(), activities.OpenInput{Event: event("open-reset", 3)})
+	if err != nil || res.Paged || res.Delivered || string(res.Prepared.Message.Body) != "hi" {
+		t.Fatalf("Open with a transient page error: %+v, %v; want prepared, not paged, no error", res, err)
 	}
 }
