@@ -57,7 +57,17 @@ type OpenResult struct {
 // failed otherwise is asked again by the workflow, and a failed delivery
 // handed to the delivery queue.
 func (a *Activities) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
-	return OpenSteps{Prepare: a.Prepare, Page: a.RecipientsPage, Deliver: a.DeliverBatch, Logger: a.Logger}.Open(ctx, in)
+	return OpenSteps{Prepare: a.Prepare, Page: a.RecipientsPage, Deliver: a.observedDeliverBatch, Logger: a.Logger}.Open(ctx, in)
+}
+
+// observedDeliverBatch is DeliverBatch with the batch metrics the worker's
+// interceptor records around a DeliverBatch activity (observeBatch), for
+// the delivery Open makes inside its own activity.
+func (a *Activities) observedDeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
+	start := time.Now()
+	res, err := a.DeliverBatch(ctx, in)
+	observeBatch(ctx, in, res, err, time.Since(start))
+	return res, err
 }
 
 // OpenSteps are the steps Open runs (the Activities' own; the workflow
