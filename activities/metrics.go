@@ -90,7 +90,7 @@ func attrs(eventType string, priority fanout.Priority, name, value string) metri
 }
 
 // observeDeliver calls the handler's Deliver and records its duration.
-func observeDeliver(ctx context.Context, h fanout.Handler, in DeliverBatchInput, r fanout.Recipient) error {
+func observeDeliver(ctx context.Context, h fanout.Handler, in *DeliverBatchInput, r fanout.Recipient) error {
 	start := time.Now()
 	err := h.Deliver(ctx, in.Event, r, in.Message)
 	result := "ok"
