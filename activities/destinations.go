@@ -191,7 +191,12 @@ func (f *destFeed) rate(key string) float64 {
 // is left to the next attempt, see remaining).
 func (f *destFeed) next(ctx context.Context) (j delivery, ok bool, err error) {
 	for {
-		now := time.Now()
+		// time.Now only with destinations waiting (the common case has
+		// none: no limit configured).
+		var now time.Time
+		if len(f.due) > 0 || len(f.queues) > 0 {
+			now = time.Now()
+		}
 		// A throttled destination whose time has come goes first.
 		for len(f.due) > 0 && !f.due[0].next.After(now) {
 			q := f.due[0]
@@ -238,6 +243,7 @@ func (f *destFeed) next(ctx context.Context) (j delivery, ok bool, err error) {
 			if wait == 0 {
 				return f.delivery(r, key), true, nil
 			}
+			now = time.Now()
 			q := &destQueue{key: key, rate: rate, next: now.Add(wait)}
 			f.queues[key] = q
 			heap.Push(&f.due, q)
