@@ -145,3 +145,20 @@ func TestBreakerConcurrentFailuresOpenIt(t *testing.T) {
 		t.Fatalf("up: open %v, %d calls through gobreaker (want 0: the fast path)", b.Open("t", "up"), up.cb.Counts().Requests)
 	}
 }
+
+// BenchmarkBreakerClosed: calls through one closed breaker from every
+// goroutine (a batch's deliveries to one host).
+func BenchmarkBreakerClosed(b *testing.B) {
+	var br Breakers
+	s := BreakerSettings{Failures: 5, Cooldown: time.Minute}
+	call := func() error { return nil }
+	b.ReportAllocs()
+	b.SetParallelism(256)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if rej, _ := br.Do("t", "h", s, call); rej {
+				b.Fatal("rejected")
+			}
+		}
+	})
+}
