@@ -287,6 +287,8 @@ type DeliverBatchInput struct {
 	// semantics is the type's delivery guarantee for this attempt (set by
 	// DeliverBatch from the registry; see semantics.go).
 	semantics fanout.Semantics
+	// obs are the batch's metric options per delivery (set by deliverAll).
+	obs *deliverObs
 }
 
 // Failure is a recipient that was not delivered.
@@ -609,6 +611,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		conc = a.DeliverConcurrency
 	}
 	conc = max(conc, 1)
+	in.obs = newDeliverObs(in.Event.Type)
 	var (
 		mu       sync.Mutex
 		out      = make([]outcome, 0, len(todo))
