@@ -11,7 +11,10 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities/limits"
 	"github.com/fanout/fanout/workers/webhook"
 )
 
@@ -32,7 +35,8 @@ func (h *benchSink) Deliver(context.Context, fanout.Event, fanout.Recipient, fan
 // host (the bench's sink), at least once, no limit configured, 512
 // concurrent calls: per op, one DeliverBatch. "plain" runs without
 // Destinations (no limits, no breakers), "destinations" with them as
-// workers.Run sets them (no limiter is consulted: the host has no rate).
+// workers.Run sets them without Redis, "destinations+limiter" with a
+// limiter too, never consulted (the host has no rate).
 func BenchmarkDeliverAll(b *testing.B) {
 	const n = 5000
 	rs := make([]fanout.Recipient, n)
@@ -40,9 +44,9 @@ func BenchmarkDeliverAll(b *testing.B) {
 		rs[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i), Address: "http://127.0.0.1:8099/sink/" + strconv.Itoa(i)}
 	}
 	for _, tc := range []struct {
-		name  string
-		dests bool
-	}{{"plain", false}, {"destinations", true}} {
+		name          string
+		dests, limits bool
+	}{{"plain", false, false}, {"destinations", true, false}, {"destinations+limiter", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := &benchSink{Handler: &webhook.Handler{}}
 			reg := fanout.NewRegistry()
@@ -52,6 +56,13 @@ func BenchmarkDeliverAll(b *testing.B) {
 			a := &Activities{Registry: reg, DeliverConcurrency: 512}
 			if tc.dests {
 				a.Destinations = NewDestinations(nil, nil, nil)
+			}
+			if tc.limits {
+				// A limiter whose Redis is not there: the host has no rate,
+				// so it must never be asked (a Take would fail the batch).
+				rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+				b.Cleanup(func() { _ = rdb.Close() })
+				a.Destinations.Limiter = limits.NewLimiter(rdb)
 			}
 			var s testsuite.WorkflowTestSuite
 			s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
