@@ -287,6 +287,8 @@ type DeliverBatchInput struct {
 	// semantics is the type's delivery guarantee for this attempt (set by
 	// DeliverBatch from the registry; see semantics.go).
 	semantics fanout.Semantics
+	// obs are the batch's metric options per delivery (set by deliverAll).
+	obs *deliverObs
 }
 
 // Failure is a recipient that was not delivered.
@@ -609,6 +611,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		conc = a.DeliverConcurrency
 	}
 	conc = max(conc, 1)
+	in.obs = newDeliverObs(in.Event.Type)
 	var (
 		mu       sync.Mutex
 		out      = make([]outcome, 0, len(todo))
@@ -657,18 +660,19 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	// conc long-lived workers rather than a goroutine per recipient: a
 	// delivery's call depth (net/http) grows a fresh goroutine's stack
 	// every time, which cost ~7% of the delivery worker's CPU.
-	work := make(chan fanout.Recipient)
+	work := make(chan delivery)
 	g, gctx := errgroup.WithContext(dctx)
 	for range min(conc, len(todo)) {
 		g.Go(func() error {
-			for r := range work {
+			for j := range work {
+				r := j.r
 				derr := errNotCalled
-				call, err := a.markSending(gctx, in, r.ID) // at most once: mark, then call
+				call, err := a.markSending(gctx, &in, r.ID) // at most once: mark, then call
 				if err != nil {
 					return err
 				}
 				if call {
-					derr = dfeed.deliver(gctx, h, in, r) // h.Deliver, timed (metrics.go), through the breaker
+					derr = dfeed.deliver(gctx, h, &in, j) // h.Deliver, timed (metrics.go), through the breaker
 				}
 				o := outcome{r: r, err: derr}
 				if derr != nil {
@@ -704,7 +708,7 @@ feed:
 				break feed
 			}
 		}
-		r, ok, err := src.next(gctx)
+		j, ok, err := src.next(gctx)
 		if !ok {
 			if errors.Is(err, errPaceDeadline) {
 				left = src.remaining()
@@ -714,7 +718,7 @@ feed:
 			break feed
 		}
 		select {
-		case work <- r:
+		case work <- j:
 		case <-gctx.Done():
 			break feed
 		}

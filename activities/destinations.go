@@ -129,7 +129,10 @@ type destFeed struct {
 	due       destHeap
 	queued    int
 	rates     map[string]float64
-	beat      func()
+	// brs are the breakers of the batch's destinations, resolved once per
+	// key (nil: none), so that a delivery takes no registry lock.
+	brs  map[string]*limits.Breaker
+	beat func()
 	// take asks the limiter for one call (Limiter.Take); nil: no limits.
 	take func(ctx context.Context, eventType, dest string, perSecond float64) (time.Duration, error)
 
@@ -147,7 +150,7 @@ func (a *Activities) newDestFeed(ctx context.Context, h fanout.Handler, in Deliv
 	}
 	_, opts, _ := a.Registry.Lookup(in.Event.Type)
 	f := &destFeed{d: d, eventType: in.Event.Type, key: destKeyer(h, in.Event.Type), def: opts.DestinationRate,
-		todo: todo, queues: map[string]*destQueue{}, rates: map[string]float64{}, beat: beat,
+		todo: todo, queues: map[string]*destQueue{}, rates: map[string]float64{}, brs: map[string]*limits.Breaker{}, beat: beat,
 		stats: map[string]*DestinationStat{}, bs: limits.ResolveBreaker(opts)}
 	if d.Limiter != nil {
 		f.take = d.Limiter.Take
@@ -186,22 +189,27 @@ func (f *destFeed) rate(key string) float64 {
 // ones are left. ok is false when none is left, or when the next one is
 // due after ctx's deadline less paceYieldMargin (errPaceDeadline: the rest
 // is left to the next attempt, see remaining).
-func (f *destFeed) next(ctx context.Context) (r fanout.Recipient, ok bool, err error) {
+func (f *destFeed) next(ctx context.Context) (j delivery, ok bool, err error) {
 	for {
-		now := time.Now()
+		// time.Now only with destinations waiting (the common case has
+		// none: no limit configured).
+		var now time.Time
+		if len(f.due) > 0 || len(f.queues) > 0 {
+			now = time.Now()
+		}
 		// A throttled destination whose time has come goes first.
 		for len(f.due) > 0 && !f.due[0].next.After(now) {
 			q := f.due[0]
 			wait, err := f.take(ctx, f.eventType, q.key, q.rate)
 			if err != nil {
-				return r, false, err
+				return j, false, err
 			}
 			if wait > 0 {
 				q.next = now.Add(wait)
 				heap.Fix(&f.due, 0)
 				continue
 			}
-			r = q.rs[0]
+			j = f.delivery(q.rs[0], q.key)
 			f.waited(q.key, now.Sub(q.since[0]))
 			q.rs, q.since = q.rs[1:], q.since[1:]
 			f.queued--
@@ -209,27 +217,33 @@ func (f *destFeed) next(ctx context.Context) (r fanout.Recipient, ok bool, err e
 				heap.Pop(&f.due)
 				delete(f.queues, q.key)
 			}
-			return r, true, nil
+			return j, true, nil
 		}
 		if f.i < len(f.todo) {
-			r = f.todo[f.i]
+			r := f.todo[f.i]
 			f.i++
 			key := f.key(r)
-			if q, ok := f.queues[key]; ok {
-				f.enqueue(q, r, now)
-				continue
+			if len(f.queues) > 0 {
+				if q, ok := f.queues[key]; ok {
+					f.enqueue(q, r, now)
+					continue
+				}
+			}
+			if f.take == nil {
+				return f.delivery(r, key), true, nil
 			}
 			rate := f.rate(key)
-			if rate <= 0 || f.take == nil {
-				return r, true, nil
+			if rate <= 0 {
+				return f.delivery(r, key), true, nil
 			}
 			wait, err := f.take(ctx, f.eventType, key, rate)
 			if err != nil {
-				return r, false, err
+				return j, false, err
 			}
 			if wait == 0 {
-				return r, true, nil
+				return f.delivery(r, key), true, nil
 			}
+			now = time.Now()
 			q := &destQueue{key: key, rate: rate, next: now.Add(wait)}
 			f.queues[key] = q
 			heap.Push(&f.due, q)
@@ -237,15 +251,15 @@ func (f *destFeed) next(ctx context.Context) (r fanout.Recipient, ok bool, err e
 			continue
 		}
 		if len(f.due) == 0 {
-			return r, false, nil
+			return j, false, nil
 		}
 		// Only throttled destinations are left: wait for the first.
 		until := f.due[0].next
 		if dl, ok := ctx.Deadline(); ok && until.After(dl.Add(-paceYieldMargin)) {
-			return r, false, errPaceDeadline
+			return j, false, errPaceDeadline
 		}
 		if err := sleepBeating(ctx, time.Until(until), f.beat); err != nil {
-			return r, false, err
+			return j, false, err
 		}
 	}
 }
@@ -287,20 +301,45 @@ func (f *destFeed) remaining() int { return len(f.todo) - f.i + f.queued }
 // transiently (limits.ErrOpen, Retry-After the cooldown), so it counts as
 // a failed try and is retried with the batch, then dead-lettered after
 // MaxAttempts if the destination stays down.
-func (f *destFeed) deliver(ctx context.Context, h fanout.Handler, in DeliverBatchInput, r fanout.Recipient) error {
-	if f == nil || f.d.Breakers == nil {
-		return observeDeliver(ctx, h, in, r)
+//
+// Closed with no failure counted (the common case), the call takes no
+// lock (limits.Breaker.Begin).
+func (f *destFeed) deliver(ctx context.Context, h fanout.Handler, in *DeliverBatchInput, j delivery) error {
+	if g, ok := j.br.Begin(); ok {
+		err := observeDeliver(ctx, h, in, j.r)
+		j.br.End(g, err)
+		return err
 	}
-	key := f.key(r)
-	rejected, err := f.d.Breakers.Do(f.eventType, key, f.bs, func() error { return observeDeliver(ctx, h, in, r) })
+	rejected, err := j.br.Do(func() error { return observeDeliver(ctx, h, in, j.r) })
 	if rejected {
 		f.mu.Lock()
-		f.stat(key).Rejected++
+		f.stat(j.key).Rejected++
 		f.mu.Unlock()
 		observeRejected(f.eventType)
-		return fmt.Errorf("destination %s: %w", key, err)
+		return fmt.Errorf("destination %s: %w", j.key, err)
 	}
 	return err
+}
+
+// delivery is one recipient handed to a delivery: its destination's key
+// and breaker (nil: none) resolved by the feed, once.
+type delivery struct {
+	r   fanout.Recipient
+	key string
+	br  *limits.Breaker
+}
+
+// delivery returns r's delivery to key, with key's breaker.
+func (f *destFeed) delivery(r fanout.Recipient, key string) delivery {
+	if f.d.Breakers == nil {
+		return delivery{r: r, key: key}
+	}
+	br, ok := f.brs[key]
+	if !ok {
+		br = f.d.Breakers.Get(f.eventType, key, f.bs)
+		f.brs[key] = br
+	}
+	return delivery{r: r, key: key, br: br}
 }
 
 // results returns the busiest destinations' stats, at most
@@ -386,15 +425,15 @@ type feeder struct {
 	i    int
 }
 
-func (s *feeder) next(ctx context.Context) (fanout.Recipient, bool, error) {
+func (s *feeder) next(ctx context.Context) (delivery, bool, error) {
 	if s.f != nil {
 		return s.f.next(ctx)
 	}
 	if s.i >= len(s.todo) {
-		return fanout.Recipient{}, false, nil
+		return delivery{}, false, nil
 	}
 	s.i++
-	return s.todo[s.i-1], true, nil
+	return delivery{r: s.todo[s.i-1]}, true, nil
 }
 
 // more reports whether a recipient is left to hand out.

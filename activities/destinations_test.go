@@ -62,7 +62,7 @@ func mixed(n int, hosts ...string) []fanout.Recipient {
 func testFeed(todo []fanout.Recipient, ov limits.Overrides, def float64, lt *localTaker) *destFeed {
 	d := &Destinations{Breakers: &limits.Breakers{}}
 	f := &destFeed{d: d, eventType: "t", key: destKeyer(hostKeyed{}, "t"), def: def, ov: ov, todo: todo,
-		queues: map[string]*destQueue{}, rates: map[string]float64{}, stats: map[string]*DestinationStat{},
+		queues: map[string]*destQueue{}, rates: map[string]float64{}, brs: map[string]*limits.Breaker{}, stats: map[string]*DestinationStat{},
 		bs: limits.BreakerSettings{Failures: 3, Cooldown: time.Minute}, take: lt.take}
 	return f
 }
@@ -81,12 +81,16 @@ func TestDestFeedDefersAThrottledHostWithoutHoldingTheRest(t *testing.T) {
 	var order []fanout.Recipient
 	lastB := -1
 	for {
-		r, ok, err := f.next(ctx)
+		j, ok, err := f.next(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !ok {
 			break
+		}
+		r := j.r
+		if j.key != strings.ToLower(r.Address) {
+			t.Fatalf("%s handed out with key %q", r.ID, j.key)
 		}
 		if r.Address == "B" {
 			lastB = len(order)
@@ -140,13 +144,13 @@ func TestDestFeedLeavesWhatOutlastsTheDeadline(t *testing.T) {
 	got := map[string]int{}
 	var err error
 	for {
-		var r fanout.Recipient
+		var j delivery
 		var ok bool
-		r, ok, err = f.next(ctx)
+		j, ok, err = f.next(ctx)
 		if !ok {
 			break
 		}
-		got[r.Address]++
+		got[j.r.Address]++
 	}
 	if !errors.Is(err, errPaceDeadline) {
 		t.Fatalf("err %v, want errPaceDeadline", err)
@@ -188,7 +192,7 @@ func TestBreakerOpensForAFailingHostOnly(t *testing.T) {
 				return errors.New("HTTP 500")
 			}
 			return nil
-		}, h}, DeliverBatchInput{Event: fanout.Event{Type: f.eventType}}, r)
+		}, h}, &DeliverBatchInput{Event: fanout.Event{Type: f.eventType}}, f.delivery(r, f.key(r)))
 	}
 	var openErrs int
 	for _, r := range mixed(20, "c", "d") {

@@ -89,19 +89,35 @@ func attrs(eventType string, priority fanout.Priority, name, value string) metri
 	return o.(metric.MeasurementOption)
 }
 
+// deliverObs are the options of fanout.delivery.duration by result, as
+// the variadic slices Record takes: made once per batch (deliverAll), so
+// that a delivery neither looks them up nor allocates them.
+type deliverObs struct{ ok, err, perm []metric.RecordOption }
+
+func newDeliverObs(eventType string) *deliverObs {
+	o := func(result string) []metric.RecordOption {
+		return []metric.RecordOption{attrs(eventType, "", "result", result)}
+	}
+	return &deliverObs{ok: o("ok"), err: o("error"), perm: o("permanent_error")}
+}
+
 // observeDeliver calls the handler's Deliver and records its duration.
-func observeDeliver(ctx context.Context, h fanout.Handler, in DeliverBatchInput, r fanout.Recipient) error {
+func observeDeliver(ctx context.Context, h fanout.Handler, in *DeliverBatchInput, r fanout.Recipient) error {
+	obs := in.obs
+	if obs == nil {
+		obs = newDeliverObs(in.Event.Type)
+	}
 	start := time.Now()
 	err := h.Deliver(ctx, in.Event, r, in.Message)
-	result := "ok"
+	opts := obs.ok
 	switch {
 	case err == nil:
 	case fanout.IsPermanent(err):
-		result = "permanent_error"
+		opts = obs.perm
 	default:
-		result = "error"
+		opts = obs.err
 	}
-	meters().deliverDur.Record(ctx, time.Since(start).Seconds(), attrs(in.Event.Type, "", "result", result))
+	meters().deliverDur.Record(ctx, time.Since(start).Seconds(), opts...)
 	return err
 }
 

@@ -2,6 +2,8 @@ package activities
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -32,9 +34,35 @@ func TestRetriesAreNotAnOutcome(t *testing.T) {
 	// Attempt 2 completes: 7 delivered, 2 duplicates, 1 failed (dead-lettered).
 	observeBatch(ctx, in, DeliverBatchResult{Delivered: 7, Duplicates: 2, Failed: 1, DeadLettered: 1}, nil, time.Millisecond)
 
+	// Deliveries timed by result, with the batch's options (as deliverAll
+	// sets them) and without.
+	batchIn := in
+	batchIn.obs = newDeliverObs(in.Event.Type)
+	for _, di := range []*DeliverBatchInput{&in, &batchIn} {
+		for _, err := range []error{nil, nil, fanout.Permanent(errors.New("HTTP 404")), errors.New("HTTP 503")} {
+			_ = observeDeliver(ctx, callHandler{func() error { return err }, nil}, di, fanout.Recipient{ID: "r"})
+		}
+	}
+
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {
 		t.Fatal(err)
+	}
+	durations := map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "fanout.delivery.duration" {
+				for _, dp := range h.DataPoints {
+					if et, _ := dp.Attributes.Value("event_type"); et.AsString() == "metrics-test" {
+						r, _ := dp.Attributes.Value("result")
+						durations[r.AsString()] += dp.Count
+					}
+				}
+			}
+		}
+	}
+	if want := map[string]uint64{"ok": 4, "permanent_error": 2, "error": 2}; fmt.Sprint(durations) != fmt.Sprint(want) {
+		t.Errorf("fanout.delivery.duration counts by result %v, want %v", durations, want)
 	}
 	sums := map[string]map[string]int64{} // metric -> outcome (or "") -> value
 	for _, sm := range rm.ScopeMetrics {

@@ -76,7 +76,8 @@ func (in DeliverBatchInput) atMostOnce() bool { return in.semantics == fanout.At
 
 // markSending marks the recipient sending before an at-most-once call and
 // reports whether to call it; at least once, it always may.
-func (a *Activities) markSending(ctx context.Context, in DeliverBatchInput, recipientID string) (bool, error) {
+// in is a pointer so that at least once the call copies nothing.
+func (a *Activities) markSending(ctx context.Context, in *DeliverBatchInput, recipientID string) (bool, error) {
 	if !in.atMostOnce() {
 		return true, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -24,7 +25,7 @@ type Breakers struct {
 	// OnChange, when set, is told of every state change (metrics, logs).
 	OnChange func(eventType, dest string, from, to gobreaker.State)
 	mu       sync.Mutex
-	m        map[breakerID]*gobreaker.CircuitBreaker[struct{}]
+	m        map[breakerID]*Breaker
 }
 
 type breakerID struct{ eventType, dest string }
@@ -59,53 +60,136 @@ func IsFailure(err error) bool {
 	return err != nil && !fanout.IsPermanent(err) && !errors.Is(err, context.Canceled)
 }
 
+// Breaker is one destination's breaker: gobreaker, behind a lock-free
+// fast path. While it is closed and has seen no failure since its last
+// success (slow false), a call goes without gobreaker (no mutex: every
+// delivery of a batch to one host shares this breaker); only a counted
+// failure, and the calls after it until a success, go through gobreaker,
+// which alone decides to open, let the trial call through and close.
+type Breaker struct {
+	cb       *gobreaker.CircuitBreaker[struct{}]
+	cooldown time.Duration
+	// slow: calls must go through gobreaker (not closed, or consecutive
+	// failures counted). Set under mu from gobreaker's own state after each
+	// call through it, so the last setting always reflects the last call.
+	slow atomic.Bool
+	mu   sync.Mutex
+	// gen counts gobreaker's state changes: the outcome of a fast call is
+	// handed to gobreaker only if its state did not change during the call
+	// (as gobreaker ignores a call of an earlier generation).
+	gen atomic.Uint64
+}
+
 // Do calls call through the breaker of dest of the type. It returns
 // rejected and ErrOpen (wrapped with the cooldown as Retry-After) without
 // calling when the breaker is open, or half-open with its trial call under
 // way.
 func (b *Breakers) Do(eventType, dest string, s BreakerSettings, call func() error) (rejected bool, err error) {
-	if s.Failures <= 0 {
+	br := b.Get(eventType, dest, s)
+	if g, ok := br.Begin(); ok {
+		err = call()
+		br.End(g, err)
+		return false, err
+	}
+	return br.Do(call)
+}
+
+// Begin reports whether a call may go on the fast path (b nil: no
+// breaker, closed with no failure counted); the caller then makes the
+// call and hands its outcome to End with gen. Otherwise it uses Do.
+func (b *Breaker) Begin() (gen uint64, ok bool) {
+	if b == nil {
+		return 0, true
+	}
+	if b.slow.Load() {
+		return 0, false
+	}
+	return b.gen.Load(), true
+}
+
+// End records the outcome of a fast call: nothing when it succeeded and no
+// failure was counted meanwhile (the common case); else it is handed to
+// gobreaker, as if it had been made through it.
+func (b *Breaker) End(gen uint64, err error) {
+	if b == nil {
+		return
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return // excluded, as gobreaker does
+	case err == nil || fanout.IsPermanent(err):
+		if !b.slow.Load() {
+			return // a success with no failure counted to reset
+		}
+	}
+	if b.gen.Load() != gen {
+		return // its state changed during the call
+	}
+	_, _ = b.cb.Execute(func() (struct{}, error) { return struct{}{}, err })
+	b.sync()
+}
+
+// Do calls call through gobreaker (see Breakers.Do). b nil: no breaker.
+func (b *Breaker) Do(call func() error) (rejected bool, err error) {
+	if b == nil {
 		return false, call()
 	}
-	cb := b.get(eventType, dest, s)
 	called := false
-	_, err = cb.Execute(func() (struct{}, error) {
+	_, err = b.cb.Execute(func() (struct{}, error) {
 		called = true
 		return struct{}{}, call()
 	})
+	b.sync()
 	if !called && (errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)) {
-		return true, fanout.RetryAfter(s.Cooldown, ErrOpen)
+		return true, fanout.RetryAfter(b.cooldown, ErrOpen)
 	}
 	return false, err
 }
 
+// sync sets slow from gobreaker's state after a call through it.
+func (b *Breaker) sync() {
+	b.mu.Lock()
+	b.slow.Store(b.cb.State() != gobreaker.StateClosed || b.cb.Counts().ConsecutiveFailures > 0)
+	b.mu.Unlock()
+}
+
+// Open reports whether the breaker is open or half-open.
+func (b *Breaker) Open() bool { return b != nil && b.cb.State() != gobreaker.StateClosed }
+
 // Open reports whether dest's breaker of the type is open or half-open.
 func (b *Breakers) Open(eventType, dest string) bool {
 	b.mu.Lock()
-	cb := b.m[breakerID{eventType, dest}]
+	br := b.m[breakerID{eventType, dest}]
 	b.mu.Unlock()
-	return cb != nil && cb.State() != gobreaker.StateClosed
+	return br.Open()
 }
 
-func (b *Breakers) get(eventType, dest string, s BreakerSettings) *gobreaker.CircuitBreaker[struct{}] {
+// Get returns dest's breaker of the type (nil when s disables breakers),
+// made on first use. A caller may keep it for a batch: a breaker dropped
+// past MaxBreakers (closed) goes on working for it.
+func (b *Breakers) Get(eventType, dest string, s BreakerSettings) *Breaker {
+	if s.Failures <= 0 {
+		return nil
+	}
 	id := breakerID{eventType, dest}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if cb, ok := b.m[id]; ok {
-		return cb
+	if br, ok := b.m[id]; ok {
+		return br
 	}
 	if b.m == nil {
-		b.m = map[breakerID]*gobreaker.CircuitBreaker[struct{}]{}
+		b.m = map[breakerID]*Breaker{}
 	}
 	if len(b.m) >= MaxBreakers {
-		for k, cb := range b.m {
-			if cb.State() == gobreaker.StateClosed {
+		for k, br := range b.m {
+			if br.cb.State() == gobreaker.StateClosed {
 				delete(b.m, k)
 			}
 		}
 	}
 	n := uint32(s.Failures)
-	cb := gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+	br := &Breaker{cooldown: s.Cooldown}
+	br.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         dest,
 		MaxRequests:  1, // one trial call when the cooldown is over
 		Timeout:      s.Cooldown,
@@ -114,11 +198,12 @@ func (b *Breakers) get(eventType, dest string, s BreakerSettings) *gobreaker.Cir
 		// Our own cancellation says nothing of the host.
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
+			br.gen.Add(1)
 			if b.OnChange != nil {
 				b.OnChange(eventType, dest, from, to)
 			}
 		},
 	})
-	b.m[id] = cb
-	return cb
+	b.m[id] = br
+	return br
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,4 +57,108 @@ func TestBreakerCountsOnlyHostFailures(t *testing.T) {
 			t.Fatal("a disabled breaker rejected a call")
 		}
 	}
+}
+
+// TestBreakerFastPathMatchesGobreaker: one call at a time, a random run of
+// outcomes (successes, permanent answers, cancellations, failures) through
+// Breakers.Do (the lock-free path while closed) leaves the breaker in the
+// state plain gobreaker with the same settings is in after each call, and
+// rejects the same calls.
+func TestBreakerFastPathMatchesGobreaker(t *testing.T) {
+	s := BreakerSettings{Failures: 3, Cooldown: time.Hour}
+	var b Breakers
+	ref := gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		MaxRequests:  1,
+		Timeout:      time.Hour,
+		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 3 },
+		IsSuccessful: func(err error) bool { return err == nil || fanout.IsPermanent(err) },
+		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
+	})
+	outcomes := []error{nil, fanout.Permanent(errors.New("HTTP 404")), context.Canceled, errors.New("HTTP 503")}
+	rnd := uint64(1)
+	opened := false
+	for i := range 2000 {
+		rnd = rnd*6364136223846793005 + 1442695040888963407
+		// Failures more often than not, so that runs of 3 happen.
+		e := outcomes[3]
+		if rnd>>62 == 0 {
+			e = outcomes[(rnd>>40)%3]
+		}
+		_, refErr := ref.Execute(func() (struct{}, error) { return struct{}{}, e })
+		rej, _ := b.Do("t", "h", s, func() error { return e })
+		refRej := errors.Is(refErr, gobreaker.ErrOpenState)
+		if rej != refRej || b.Open("t", "h") != (ref.State() != gobreaker.StateClosed) {
+			t.Fatalf("call %d (%v): rejected %v open %v, gobreaker rejected %v state %v", i, e, rej, b.Open("t", "h"), refRej, ref.State())
+		}
+		opened = opened || rej
+		if rej { // start again: a new breaker and reference
+			b = Breakers{}
+			ref = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+				MaxRequests:  1,
+				Timeout:      time.Hour,
+				ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 3 },
+				IsSuccessful: func(err error) bool { return err == nil || fanout.IsPermanent(err) },
+				IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
+			})
+		}
+	}
+	if !opened {
+		t.Fatal("the run never opened the breaker: the test proves nothing")
+	}
+}
+
+// TestBreakerConcurrentFailuresOpenIt: 64 goroutines calling a host that
+// fails every call open its breaker (reported once), after which calls
+// are rejected; a host that always answers never opens, and its calls
+// take the fast path (gobreaker saw none of them).
+func TestBreakerConcurrentFailuresOpenIt(t *testing.T) {
+	var b Breakers
+	var mu sync.Mutex
+	opens := 0
+	b.OnChange = func(_, _ string, _, to gobreaker.State) {
+		if to == gobreaker.StateOpen {
+			mu.Lock()
+			opens++
+			mu.Unlock()
+		}
+	}
+	s := BreakerSettings{Failures: 5, Cooldown: time.Hour}
+	var wg sync.WaitGroup
+	var rejected, calls atomic.Int64
+	for range 64 {
+		wg.Go(func() {
+			for range 50 {
+				rej, _ := b.Do("t", "down", s, func() error { calls.Add(1); return errors.New("HTTP 503") })
+				if rej {
+					rejected.Add(1)
+				}
+				b.Do("t", "up", s, func() error { return nil })
+			}
+		})
+	}
+	wg.Wait()
+	if !b.Open("t", "down") || opens != 1 || rejected.Load() == 0 || calls.Load()+rejected.Load() != 64*50 {
+		t.Fatalf("down: open %v, opened %d times, %d calls, %d rejected", b.Open("t", "down"), opens, calls.Load(), rejected.Load())
+	}
+	up := b.Get("t", "up", s)
+	if b.Open("t", "up") || up.cb.Counts().Requests != 0 {
+		t.Fatalf("up: open %v, %d calls through gobreaker (want 0: the fast path)", b.Open("t", "up"), up.cb.Counts().Requests)
+	}
+}
+
+// BenchmarkBreakerClosed: calls through one closed breaker from every
+// goroutine (a batch's deliveries to one host).
+func BenchmarkBreakerClosed(b *testing.B) {
+	var br Breakers
+	s := BreakerSettings{Failures: 5, Cooldown: time.Minute}
+	call := func() error { return nil }
+	b.ReportAllocs()
+	b.SetParallelism(256)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if rej, _ := br.Do("t", "h", s, call); rej {
+				b.Fatal("rejected")
+			}
+		}
+	})
 }

@@ -50,6 +50,9 @@ func CleanKey(k string) string {
 	if k == "" {
 		return "-"
 	}
+	if clean(k) {
+		return k // the common case, per delivery: one pass, no allocation
+	}
 	lower := strings.ToLower(k)
 	if len(lower) <= MaxKeyLen && strings.IndexFunc(lower, func(c rune) bool { return !keyByte(c) }) < 0 {
 		return lower
@@ -68,6 +71,27 @@ func CleanKey(k string) string {
 		}
 	}
 	return b.String() + tail
+}
+
+// keyBytes are the bytes of a clean key.
+var keyBytes = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = keyByte(rune(c))
+	}
+	return t
+}()
+
+// clean reports whether k is already a clean key.
+func clean(k string) bool {
+	if len(k) > MaxKeyLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if !keyBytes[k[i]] {
+			return false
+		}
+	}
+	return true
 }
 
 func keyByte(c rune) bool {

@@ -362,12 +362,69 @@ func (h *Handler) GenerateMessage(_ context.Context, ev fanout.Event) (fanout.Me
 // port as written, lower-case ("hooks.example.com", "127.0.0.1:8080"), or
 // "invalid" for an address that does not parse (its delivery fails
 // permanently anyway). fanout cleans and bounds it (activities/limits).
+//
+// It is called for every recipient: a plain http(s) address
+// (plainHost) is read without url.Parse and without allocating; any
+// other goes through url.Parse, with the same result (FuzzDestinationKey).
 func (h *Handler) DestinationKey(r fanout.Recipient) string {
-	u, err := url.Parse(r.Address)
+	if host, ok := plainHost(r.Address); ok {
+		return strings.ToLower(host)
+	}
+	return parsedHost(r.Address)
+}
+
+// parsedHost is the host of addr as url.Parse reads it, lower-case, or
+// "invalid".
+func parsedHost(addr string) string {
+	u, err := url.Parse(addr)
 	if err != nil || u.Host == "" {
 		return "invalid"
 	}
 	return strings.ToLower(u.Host)
+}
+
+// plainHost returns the host (and port) of an address that is plainly
+// "http://" or "https://" (any case), a host of letters, digits and
+// ".-_~", an optional ":" and digits, then anything but control bytes,
+// spaces, non-ASCII bytes and "%": the host url.Parse reads from it. ok is
+// false for any other address (parsedHost decides).
+func plainHost(addr string) (host string, ok bool) {
+	var rest string
+	switch {
+	case len(addr) > 7 && strings.EqualFold(addr[:7], "http://"):
+		rest = addr[7:]
+	case len(addr) > 8 && strings.EqualFold(addr[:8], "https://"):
+		rest = addr[8:]
+	default:
+		return "", false
+	}
+	end, colon := len(rest), -1
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if c == '/' || c == '?' || c == '#' {
+			end = i
+			break
+		}
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '-', c == '_', c == '~':
+			if colon >= 0 && (c < '0' || c > '9') {
+				return "", false // a port of digits only
+			}
+		case c == ':' && colon < 0:
+			colon = i
+		default:
+			return "", false
+		}
+	}
+	if end == 0 || colon == 0 {
+		return "", false
+	}
+	for i := end; i < len(rest); i++ {
+		if c := rest[i]; c <= ' ' || c >= 0x7f || c == '%' {
+			return "", false
+		}
+	}
+	return rest[:end], true
 }
 
 // Deliver POSTs the message to the recipient's address.
