@@ -613,40 +613,14 @@ func isConnErr(err error) bool {
 // a delivered mark: the deliveries that were in flight (or done but not yet
 // marked) — the most a crash right now can duplicate.
 func (s *Stack) HeldNotDelivered(ctx context.Context, eventID string) (int, error) {
+	states, err := s.GateStates(ctx, eventID)
 	n := 0
-	pattern := gate.New(s.RDB, 0).Key(vocab.EventKey(webhook.EventType, eventID), "*")
-	iter := s.RDB.Scan(ctx, 0, pattern, 1000).Iterator()
-	var keys []string
-	flush := func() error {
-		if len(keys) == 0 {
-			return nil
-		}
-		vals, err := s.RDB.MGet(ctx, keys...).Result()
-		if err != nil {
-			return err
-		}
-		for _, v := range vals {
-			if str, ok := v.(string); ok && str != "" {
-				if _, delivered, dead := gate.ParseValue(str); !delivered && !dead {
-					n++
-				}
-			}
-		}
-		keys = keys[:0]
-		return nil
-	}
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			if err := flush(); err != nil {
-				return 0, err
-			}
+	for _, st := range states {
+		if st == gate.StateHeld || st == gate.StateSending {
+			n++
 		}
 	}
-	if err := iter.Err(); err != nil {
-		return 0, err
-	}
-	return n, flush()
+	return n, err
 }
 
 // Close stops the workers and bridges, then the stack, and removes a
