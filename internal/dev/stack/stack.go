@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -294,7 +295,7 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	var env []string
 	if !s.stock {
 		args = append(args, s.opts.TemporalFlags...)
-		env = s.opts.TemporalEnv
+		env = append(slices.Clone(TemporalGCEnv), s.opts.TemporalEnv...) // the last of a key wins
 	}
 	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, args, env)
 	if err != nil {
