@@ -46,7 +46,10 @@ type Activities struct {
 	// Destinations limits and breaks deliveries per destination (see
 	// destinations.go); nil: neither.
 	Destinations *Destinations
-	Logger       *slog.Logger
+	// Brake slows low-priority deliveries while other priorities deliver
+	// (brake.go); nil: none.
+	Brake  *Brake
+	Logger *slog.Logger
 }
 
 // Error types of non-retryable application errors.
@@ -691,22 +694,36 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 			return nil
 		})
 	}
-	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, func() {
+	beatLocked := func() {
 		mu.Lock()
 		defer mu.Unlock()
 		beat()
-	})
+	}
+	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, beatLocked)
+	low := in.Priority == fanout.PriorityLow
 	src := &feeder{f: dfeed, todo: todo}
 	var feedErr error
 feed:
 	for {
-		if pace != nil && src.more() {
-			if err := pace.wait(gctx); err != nil {
+		if src.more() {
+			// The event's rate cap, then (low priority) the brake, which
+			// is on while other priorities deliver (brake.go).
+			var err error
+			if pace != nil {
+				err = pace.wait(gctx)
+			}
+			if err == nil && low {
+				err = a.Brake.wait(gctx, beatLocked)
+			}
+			if err != nil {
 				if errors.Is(err, errPaceDeadline) {
 					left = src.remaining()
 				}
 				break feed
 			}
+		}
+		if !low {
+			a.Brake.Signal()
 		}
 		j, ok, err := src.next(gctx)
 		if !ok {

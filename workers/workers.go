@@ -61,6 +61,11 @@ type Options struct {
 	// 1,000,000-recipient low event, two slots 374 ms, and the low event
 	// delivered as much.
 	LowPrioritySlots int
+	// LowPriorityBrake is how many low-priority recipients per second this
+	// worker delivers while events of a higher priority deliver anywhere
+	// (activities.Brake): 0 is DefaultLowPriorityBrake, negative no brake.
+	// Needs Redis.
+	LowPriorityBrake float64
 	// DeliverConcurrency, when set, is the number of concurrent deliveries
 	// per batch on this worker, whatever the event type says.
 	DeliverConcurrency int
@@ -94,6 +99,11 @@ func Run(ctx context.Context, o Options) error {
 		// time by `starter limits`) and breakers (in process).
 		acts.Destinations = activities.NewDestinations(limits.NewLimiter(o.Redis), &limits.Cache{Store: limits.Store{RDB: o.Redis}},
 			func(msg string, args ...any) { log.Warn(msg, args...) })
+		brake := o.LowPriorityBrake
+		if brake == 0 {
+			brake = DefaultLowPriorityBrake
+		}
+		acts.Brake = activities.NewBrake(o.Redis, brake, func(msg string, args ...any) { log.Warn(msg, args...) })
 	}
 	if acts.Gate == nil {
 		log.Warn("dedup gate is OFF: duplicates are not suppressed")
@@ -158,3 +168,7 @@ func Run(ctx context.Context, o Options) error {
 // DefaultLowPrioritySlots is the low-priority queue's batch slots when
 // Options.LowPrioritySlots is 0: an eighth of slots, at least 1.
 func DefaultLowPrioritySlots(slots int) int { return max(1, slots/8) }
+
+// DefaultLowPriorityBrake is Options.LowPriorityBrake when 0: recipients
+// per second per worker of the low-priority events while others deliver.
+const DefaultLowPriorityBrake = 1000

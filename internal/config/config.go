@@ -144,6 +144,11 @@ type Worker struct {
 	DestinationRate float64       `env:"FANOUT_DESTINATION_RATE"`
 	BreakerFailures int           `env:"FANOUT_BREAKER_FAILURES"`
 	BreakerCooldown time.Duration `env:"FANOUT_BREAKER_COOLDOWN"`
+	// LowPriorityBrake: while events of a higher priority deliver, this
+	// worker delivers low-priority events at most this fast (the rate
+	// grammar of `starter limits`: 1000/s, 60000/m; off: no brake; empty:
+	// workers.DefaultLowPriorityBrake). See activities/brake.go.
+	LowPriorityBrake string `env:"FANOUT_LOW_PRIORITY_BRAKE"`
 	// Queues the process serves: events and/or the priorities high, normal, low.
 	Queues []string `env:"FANOUT_QUEUES" envSeparator:","`
 	// Bridge also runs the Kafka bridge in this process (configured by the
@@ -309,6 +314,9 @@ func (w *Worker) Validate() error {
 	}
 	if math.IsNaN(w.DestinationRate) || w.DestinationRate > limits.MaxRate {
 		return fmt.Errorf("FANOUT_DESTINATION_RATE: %v outside 0..%v", w.DestinationRate, limits.MaxRate)
+	}
+	if _, err := w.LowPriorityBrakeRate(); err != nil {
+		return err
 	}
 	if err := w.TypeOptions().Validate(); err != nil {
 		// TypeOptions name the field; say which variable set it.
@@ -523,4 +531,20 @@ func DialTemporal(ctx context.Context, logger *slog.Logger, with ...func(*client
 		return nil, fmt.Errorf("connect to Temporal at %s (TEMPORAL_ADDRESS): %w", addr, err)
 	}
 	return c, nil
+}
+
+// LowPriorityBrakeRate is FANOUT_LOW_PRIORITY_BRAKE as workers.Options
+// takes it: recipients per second, 0 for the default, -1 for off.
+func (w *Worker) LowPriorityBrakeRate() (float64, error) {
+	if strings.TrimSpace(w.LowPriorityBrake) == "" {
+		return 0, nil
+	}
+	r, err := limits.ParseRate(w.LowPriorityBrake)
+	if err != nil {
+		return 0, fmt.Errorf("FANOUT_LOW_PRIORITY_BRAKE: %w", err)
+	}
+	if r == 0 {
+		return -1, nil
+	}
+	return r, nil
 }

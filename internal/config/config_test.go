@@ -130,6 +130,21 @@ func TestLoadGoodValues(t *testing.T) {
 			},
 		},
 		{
+			name: "low-priority brake: a rate, off, or the default",
+			env:  map[string]string{"FANOUT_LOW_PRIORITY_BRAKE": "60000/m"},
+			check: func(t *testing.T, _ Bridge, w Worker) {
+				for _, tc := range []struct {
+					set  string
+					want float64
+				}{{"60000/m", 1000}, {"off", -1}, {"", 0}, {" 250 ", 250}} {
+					w.LowPriorityBrake = tc.set
+					if got, err := w.LowPriorityBrakeRate(); err != nil || got != tc.want {
+						t.Errorf("FANOUT_LOW_PRIORITY_BRAKE=%q: %v, %v; want %v", tc.set, got, err, tc.want)
+					}
+				}
+			},
+		},
+		{
 			name: "empty value takes the default",
 			env:  map[string]string{"FANOUT_BATCH_SLOTS": "", "FANOUT_EVENTS_TOPIC": ""},
 			check: func(t *testing.T, b Bridge, w Worker) {
@@ -237,6 +252,8 @@ func TestLoadBadValues(t *testing.T) {
 		{"recipients URL allow-list with a file URL", worker, map[string]string{"FANOUT_RECIPIENTS_URL_ALLOW": "file:///etc/"}, "FANOUT_RECIPIENTS_URL_ALLOW"},
 		{"unknown delivery semantics", worker, map[string]string{"FANOUT_SEMANTICS": "exactly-once"}, "FANOUT_SEMANTICS"},
 		{"at-most-once without the gate", worker, map[string]string{"FANOUT_SEMANTICS": "at-most-once", "FANOUT_DEDUP": "false"}, "FANOUT_SEMANTICS"},
+		{"low-priority brake not a rate", worker, map[string]string{"FANOUT_LOW_PRIORITY_BRAKE": "fast"}, "FANOUT_LOW_PRIORITY_BRAKE"},
+		{"low-priority brake negative", worker, map[string]string{"FANOUT_LOW_PRIORITY_BRAKE": "-5/s"}, "FANOUT_LOW_PRIORITY_BRAKE"},
 	}
 	runBadValues(t, cases)
 }

@@ -129,6 +129,7 @@ func run() error {
 	}
 	defer tc.Close()
 
+	brake, _ := cfg.LowPriorityBrakeRate() // checked by Load
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, cfg.Webhook(), cfg.TypeOptions())
 	kc, err := cfg.KafkaConn()
@@ -168,6 +169,7 @@ func run() error {
 			Queues:           cfg.Queues,
 			BatchSlots:       cfg.BatchSlots,
 			LowPrioritySlots: cfg.LowPrioritySlots,
+			LowPriorityBrake: brake,
 			DeadLetters:      dlw,
 			Sealer:           config.Sealer(keys),
 			// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.

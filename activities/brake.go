@@ -1,0 +1,134 @@
+package activities
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+)
+
+// BrakeKey is the Redis key that holds the low-priority brake on: any
+// worker delivering a batch of a higher priority sets it, with a TTL of
+// BrakeHold, and the workers delivering low-priority batches read it. It is
+// one key for the whole deployment, not an event's, since what it orders is
+// the priorities themselves: a high-priority event of any type slows the
+// low-priority events of every type.
+const BrakeKey = "fanout:brake:low"
+
+// BrakeHold is how long the brake stays on after the last higher-priority
+// delivery was fed: low-priority events go back to full speed about this
+// long after the other events stop.
+const BrakeHold = time.Second
+
+// brakePoll is how often a worker delivering low-priority batches reads
+// BrakeKey (in the background: no delivery waits for Redis).
+const brakePoll = 50 * time.Millisecond
+
+// Brake slows this worker's low-priority deliveries to Rate per second
+// while deliveries of a higher priority are being fed anywhere (BrakeKey).
+//
+// The low-priority queue already gets an eighth of a worker's batch slots
+// and, in the bench, a nice'd process; but what its deliveries load beside
+// the worker (the Temporal server, Redis, the destinations) is shared with
+// every other event, so a 1,000,000-recipient low event still raised the
+// small events' p99 two to four times. The brake takes that load off while
+// small events flow, and gives it back within BrakeHold when they stop.
+//
+// A Redis error releases the brake (low-priority events then run at full
+// speed) rather than stopping them. nil: no brake.
+type Brake struct {
+	rdb redis.UniversalClient
+	lim *rate.Limiter
+	// on is the last read of BrakeKey; checked (unix ns) when the last
+	// read started, signaled when this worker last set the key.
+	on       atomic.Bool
+	checked  atomic.Int64
+	signaled atomic.Int64
+	warned   atomic.Int64
+	warnf    func(msg string, args ...any)
+}
+
+// NewBrake returns the brake of a worker that delivers at most perSecond
+// low-priority recipients per second while it is on; nil when perSecond
+// is not positive (off) or there is no Redis.
+func NewBrake(rdb redis.UniversalClient, perSecond float64, warn func(string, ...any)) *Brake {
+	if rdb == nil || perSecond <= 0 || math.IsInf(perSecond, 0) || math.IsNaN(perSecond) {
+		return nil
+	}
+	if warn == nil {
+		warn = func(string, ...any) {}
+	}
+	// A twentieth of a second's worth at once, so that the rate holds from
+	// the moment the brake goes on.
+	burst := max(1, int(perSecond/20))
+	return &Brake{rdb: rdb, lim: rate.NewLimiter(rate.Limit(perSecond), burst), warnf: warn}
+}
+
+// Signal says that a delivery of a higher priority is being fed: it sets
+// BrakeKey for BrakeHold, at most four times per BrakeHold per worker, in
+// the background (the delivery does not wait for it).
+func (b *Brake) Signal() {
+	if b == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := b.signaled.Load()
+	if now-last < int64(BrakeHold/4) || !b.signaled.CompareAndSwap(last, now) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), BrakeHold)
+		defer cancel()
+		if err := b.rdb.Set(ctx, BrakeKey, "1", BrakeHold).Err(); err != nil {
+			b.warn("low-priority brake: cannot set it", "err", err)
+		}
+	}()
+}
+
+// warn logs a Redis failure at most once per brakeWarnEvery.
+func (b *Brake) warn(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := b.warned.Load()
+	if now-last >= int64(brakeWarnEvery) && b.warned.CompareAndSwap(last, now) {
+		b.warnf(msg, args...)
+	}
+}
+
+// brakeWarnEvery spaces a failing brake's warnings.
+const brakeWarnEvery = 10 * time.Second
+
+// Engaged reports whether low-priority deliveries are braked, as of the
+// last read of BrakeKey; when that is older than brakePoll it starts the
+// next read in the background.
+func (b *Brake) Engaged() bool {
+	if b == nil {
+		return false
+	}
+	now := time.Now().UnixNano()
+	last := b.checked.Load()
+	if now-last >= int64(brakePoll) && b.checked.CompareAndSwap(last, now) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			n, err := b.rdb.Exists(ctx, BrakeKey).Result()
+			if err != nil {
+				b.warn("low-priority brake: cannot read it; released", "err", err)
+			}
+			b.on.Store(err == nil && n > 0)
+		}()
+	}
+	return b.on.Load()
+}
+
+// wait blocks, while the brake is on, until this worker's next braked
+// low-priority delivery is due (see pacer.wait for the deadline and
+// beat).
+func (b *Brake) wait(ctx context.Context, beat func()) error {
+	if !b.Engaged() {
+		return nil
+	}
+	return (&pacer{lim: b.lim, beat: beat}).wait(ctx)
+}
