@@ -134,9 +134,10 @@ type PageResult struct {
 	NextCursor string             `json:"next_cursor,omitempty"`
 }
 
-// Len is the number of recipients of the page.
+// Len is the number of recipients of the page (Count when they are staged,
+// or left out of Open's result once delivered).
 func (p PageResult) Len() int {
-	if len(p.Batches) > 0 {
+	if len(p.Batches) > 0 || len(p.Recipients) == 0 {
 		return p.Count
 	}
 	return len(p.Recipients)
@@ -713,7 +714,7 @@ feed:
 				err = pace.wait(gctx)
 			}
 			if err == nil && low {
-				err = a.Brake.wait(gctx, beatLocked)
+				err = a.Brake.wait(gctx, in.Event.Type, beatLocked)
 			}
 			if err != nil {
 				if errors.Is(err, errPaceDeadline) {

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"sync/atomic"
 	"time"
@@ -48,23 +49,25 @@ type Brake struct {
 	checked  atomic.Int64
 	signaled atomic.Int64
 	warned   atomic.Int64
-	warnf    func(msg string, args ...any)
+	rate     float64
+	log      *slog.Logger
 }
 
 // NewBrake returns the brake of a worker that delivers at most perSecond
 // low-priority recipients per second while it is on; nil when perSecond
-// is not positive (off) or there is no Redis.
-func NewBrake(rdb redis.UniversalClient, perSecond float64, warn func(string, ...any)) *Brake {
+// is not positive (off) or there is no Redis. It logs when it goes on and
+// off, and (at most every 10 s) when Redis fails (log nil: slog's default).
+func NewBrake(rdb redis.UniversalClient, perSecond float64, log *slog.Logger) *Brake {
 	if rdb == nil || perSecond <= 0 || math.IsInf(perSecond, 0) || math.IsNaN(perSecond) {
 		return nil
 	}
-	if warn == nil {
-		warn = func(string, ...any) {}
+	if log == nil {
+		log = slog.Default()
 	}
 	// A twentieth of a second's worth at once, so that the rate holds from
 	// the moment the brake goes on.
 	burst := max(1, int(perSecond/20))
-	return &Brake{rdb: rdb, lim: rate.NewLimiter(rate.Limit(perSecond), burst), warnf: warn}
+	return &Brake{rdb: rdb, lim: rate.NewLimiter(rate.Limit(perSecond), burst), rate: perSecond, log: log}
 }
 
 // Signal says that a delivery of a higher priority is being fed: it sets
@@ -93,7 +96,7 @@ func (b *Brake) warn(msg string, args ...any) {
 	now := time.Now().UnixNano()
 	last := b.warned.Load()
 	if now-last >= int64(brakeWarnEvery) && b.warned.CompareAndSwap(last, now) {
-		b.warnf(msg, args...)
+		b.log.Warn(msg, args...)
 	}
 }
 
@@ -117,7 +120,14 @@ func (b *Brake) Engaged() bool {
 			if err != nil {
 				b.warn("low-priority brake: cannot read it; released", "err", err)
 			}
-			b.on.Store(err == nil && n > 0)
+			on := err == nil && n > 0
+			if b.on.Swap(on) != on {
+				if on {
+					b.log.Info("low-priority brake on: other priorities are delivering", "low_priority_rate", b.rate)
+				} else {
+					b.log.Info("low-priority brake off")
+				}
+			}
 		}()
 	}
 	return b.on.Load()
@@ -126,9 +136,13 @@ func (b *Brake) Engaged() bool {
 // wait blocks, while the brake is on, until this worker's next braked
 // low-priority delivery is due (see pacer.wait for the deadline and
 // beat).
-func (b *Brake) wait(ctx context.Context, beat func()) error {
+func (b *Brake) wait(ctx context.Context, eventType string, beat func()) error {
 	if !b.Engaged() {
 		return nil
 	}
-	return (&pacer{lim: b.lim, beat: beat}).wait(ctx)
+	if err := (&pacer{lim: b.lim, beat: beat}).wait(ctx); err != nil {
+		return err
+	}
+	observeBraked(eventType)
+	return nil
 }

@@ -54,7 +54,7 @@ func TestBrakeHoldsLowPriorityWhileHighDelivers(t *testing.T) {
 	}}
 	env, acts, _ := setup(t, h)
 	const braked = 200
-	acts.Brake = activities.NewBrake(rdb, braked, t.Logf)
+	acts.Brake = activities.NewBrake(rdb, braked, nil)
 	if acts.Brake.Engaged() {
 		t.Fatal("brake on before any higher-priority delivery")
 	}

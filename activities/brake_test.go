@@ -1,6 +1,9 @@
 package activities_test
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,11 +35,8 @@ func TestBrakeOffWithoutRateOrRedis(t *testing.T) {
 func TestBrakeReleasedWhenRedisFails(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	defer rc.Close()
-	var (
-		mu     sync.Mutex
-		warned []string
-	)
-	b := activities.NewBrake(rc, 100, func(msg string, _ ...any) { mu.Lock(); warned = append(warned, msg); mu.Unlock() })
+	var logs syncBuffer
+	b := activities.NewBrake(rc, 100, slog.New(slog.NewTextHandler(&logs, nil)))
 	start := time.Now()
 	for range 1000 {
 		b.Signal()
@@ -51,9 +51,25 @@ func TestBrakeReleasedWhenRedisFails(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(warned) != 1 { // one per 10 s, not one per read
-		t.Errorf("warned %d times in a second: %q", len(warned), warned)
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 { // one per 10 s, not one per read
+		t.Errorf("warned %d times in a second:\n%s", n, logs.String())
 	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

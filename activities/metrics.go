@@ -240,6 +240,18 @@ func destMeters() *struct {
 	return &destInst
 }
 
+// fanout.low_priority.braked counts the low-priority deliveries the brake
+// held to its rate (brake.go), by event type.
+var braked = sync.OnceValue(func() metric.Int64Counter {
+	c, _ := otel.GetMeterProvider().Meter(meterName).Int64Counter("fanout.low_priority.braked", metric.WithUnit("{recipient}"),
+		metric.WithDescription("Low-priority deliveries held to the brake's rate while other priorities delivered"))
+	return c
+})
+
+func observeBraked(eventType string) {
+	braked().Add(context.Background(), 1, attrs(eventType, "", "", ""))
+}
+
 func observeThrottled(eventType string) {
 	destMeters().throttled.Add(context.Background(), 1, attrs(eventType, "", "", ""))
 }

@@ -103,7 +103,7 @@ func Run(ctx context.Context, o Options) error {
 		if brake == 0 {
 			brake = DefaultLowPriorityBrake
 		}
-		acts.Brake = activities.NewBrake(o.Redis, brake, func(msg string, args ...any) { log.Warn(msg, args...) })
+		acts.Brake = activities.NewBrake(o.Redis, brake, log)
 	}
 	if acts.Gate == nil {
 		log.Warn("dedup gate is OFF: duplicates are not suppressed")
