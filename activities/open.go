@@ -118,7 +118,9 @@ func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
 		}
 		return res, nil
 	}
-	res.Delivered, res.Delivery = true, d
+	// Delivered: the workflow needs only the count, so the recipients stay
+	// out of the marker (and of the server's history and gRPC traffic).
+	res.Delivered, res.Delivery, res.Page.Recipients = true, d, nil
 	return res, nil
 }
 

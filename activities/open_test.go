@@ -69,6 +69,9 @@ func TestOpen(t *testing.T) {
 				if res.Delivery.Delivered != tc.n || len(h.delivered) != tc.n {
 					t.Errorf("delivery %+v, handler saw %d recipients; want %d", res.Delivery, len(h.delivered), tc.n)
 				}
+				if len(res.Page.Recipients) != 0 || res.Page.Count != tc.n {
+					t.Errorf("delivered page carries %d recipients (count %d); want none, count %d: they would only grow the marker", len(res.Page.Recipients), res.Page.Count, tc.n)
+				}
 			case tc.wantRetry:
 				if res.DeliverNonRetryable || res.DeliverRetryDelay <= 0 {
 					t.Errorf("retry %q non-retryable %v after %v; want retryable with the Retry-After", res.DeliverError, res.DeliverNonRetryable, res.DeliverRetryDelay)

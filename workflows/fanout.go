@@ -761,7 +761,9 @@ func localThenRemote(ctx, lctx, actx workflow.Context, act, in, out any) error {
 
 // openedDelivered finishes an event whose one batch Open delivered.
 func (r *fanoutRun) openedDelivered(o activities.OpenResult) (FanoutResult, error) {
-	n := int64(len(o.Page.Recipients))
+	// Open leaves the delivered recipients out of its result (histories
+	// from before that carry them): Len is their count either way.
+	n := int64(o.Page.Len())
 	r.prog.Pages, r.prog.Found, r.prog.PagingDone = 1, n, true
 	r.prog.BatchesStarted, r.prog.BatchesCompleted = 1, 1
 	r.account(o.Delivery, nil, n)
