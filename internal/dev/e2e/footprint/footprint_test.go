@@ -126,6 +126,18 @@ func waitClosed(t *testing.T, before metrics, n int) metrics {
 	}
 }
 
+// timerTasks is how many timer tasks the history service processed per
+// event between two scrapes.
+func timerTasks(before, after metrics, n int) float64 {
+	sum := 0.0
+	for k, v := range after {
+		if strings.HasPrefix(k, "task_requests{") && strings.Contains(k, "operation=TimerActive") {
+			sum += v - before[k]
+		}
+	}
+	return sum / float64(n)
+}
+
 // per is (after - before) / n for one series.
 func per(before, after metrics, key string, n int) float64 {
 	return (after[key] - before[key]) / float64(n)
@@ -229,7 +241,8 @@ func TestSmallEventFootprint(t *testing.T) {
 		}
 		return evs
 	}
-	publishAndWait(t, mk("fp-warm", 20), time.Minute)
+	const warm = 20
+	publishAndWait(t, mk("fp-warm", warm), time.Minute)
 	time.Sleep(2 * time.Second) // the warm-up's visibility writes
 	c0, t0 := temporalCPU(t), time.Now()
 	time.Sleep(5 * time.Second)
@@ -257,6 +270,7 @@ func TestSmallEventFootprint(t *testing.T) {
 	} else {
 		publishAndWait(t, evs, 3*time.Minute)
 	}
+	tLast := time.Now() // after the last start
 	// The closes' visibility writes come later (the queue is read every
 	// 1/VisibilityPollRPS s, and the server reports its counters about
 	// once a second): they are part of an event's cost, so wait for them
@@ -265,6 +279,27 @@ func TestSmallEventFootprint(t *testing.T) {
 	busy, secs := temporalCPU(t)-c0, time.Since(t0).Seconds()
 	t.Logf("dev server CPU: %.2f ms per small event (%d events in %.1f s; idle %.1f ms/s, subtracted)", (busy-idle*secs)/float64(n)*1000, n, secs, idle*1000)
 	logRates(t, m0, m1, n, "event", 0.5)
+	// Each event's workflow task timeout timer (10 s from its start) fires
+	// after the event has closed: the server looks the workflow up (from
+	// the database once it has left the cache), finds nothing to do and
+	// deletes the timer. That is the event's cost too; the window above
+	// ends before most of them fire.
+	time.Sleep(time.Until(tLast.Add(12 * time.Second)))
+	m2 := scrape(t)
+	busy2, secs2 := temporalCPU(t)-c0, time.Since(t0).Seconds()
+	timers := timerTasks(m0, m2, n)
+	t.Logf("with the workflow task timeout timers fired: %.2f ms per small event (%d events in %.1f s; idle subtracted); %.2f timer tasks per event",
+		(busy2-idle*secs2)/float64(n)*1000, n, secs2, timers)
+	// One per event (its workflow task's timeout); the warm-up's fire in
+	// the window too.
+	if want := float64(n+warm) / float64(n); timers < want-0.1 || timers > want+0.1 {
+		t.Errorf("%.2f timer tasks per small event, want %.2f: one each, the warm-up's included", timers, want)
+	}
+	for k := range m2 {
+		if os.Getenv("FOOTPRINT_DUMP") != "" && strings.Contains(k, "Timer") && m2[k] != m0[k] {
+			t.Logf("%s: %.2f per event", k, per(m0, m2, k, n))
+		}
+	}
 
 	h := eventTypes(t, stack.WorkflowID("fp-7"))
 	t.Logf("history of one small event: %d events %v", total(h), h)
@@ -367,10 +402,16 @@ func TestNoopWorkflowFloor(t *testing.T) {
 	// closed.
 	// Started from 16 goroutines, as the bridge starts events from its
 	// partitions' lanes at once.
+	// FOOTPRINT_RATE paces them as TestSmallEventFootprint paces events.
+	rate, _ := strconv.ParseFloat(os.Getenv("FOOTPRINT_RATE"), 64)
 	start := func(prefix string, k int) {
 		var g errgroup.Group
 		g.SetLimit(16)
+		t0 := time.Now()
 		for i := range k {
+			if rate > 0 {
+				time.Sleep(time.Until(t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+			}
 			g.Go(func() error {
 				_, err := st.TC.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("%s-%d", prefix, i), TaskQueue: queue, EnableEagerStart: true}, noop)
 				return err
