@@ -368,7 +368,9 @@ func TestNothingInClear(t *testing.T) {
 		secrets []string
 		want    []string // found once decrypted
 	}{
-		{stack.WorkflowID(small.ID), secrets(small), []string{small.Text, dest.address(small.ID, 4)}},
+		// A delivered small event's recipients are not in its history at
+		// all (Open leaves them out of its result); its message is.
+		{stack.WorkflowID(small.ID), secrets(small), []string{small.Text}},
 		{stack.WorkflowID(big.ID), bigSecrets, []string{big.Text}},
 		{vocab.BatchWorkflowID(stack.WorkflowID(big.ID), 0), bigSecrets, []string{big.Text}},
 	} {
