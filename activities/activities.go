@@ -313,7 +313,10 @@ type DeliverBatchResult struct {
 	Failed       int
 	DeadLettered int
 	Unconfirmed  int `json:",omitempty"`
-	Failures     []Failure
+	// Braked counts the deliveries of a low-priority batch the brake held
+	// to its rate while other priorities delivered (brake.go).
+	Braked   int `json:",omitempty"`
+	Failures []Failure
 	// Destinations are the busiest destinations' throttling and breakers
 	// (at most MaxDestinationStats; see destinations.go).
 	Destinations []DestinationStat `json:",omitempty"`
@@ -359,11 +362,11 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
-	outcomes, left, dests, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
+	outcomes, left, dests, braked, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
 	if err != nil {
 		return DeliverBatchResult{}, err
 	}
-	res.Destinations = dests
+	res.Destinations, res.Braked = dests, braked
 	failed := res.addDelivered(outcomes)
 	if err := a.countFailures(ctx, in, failed); err != nil {
 		return DeliverBatchResult{}, err
@@ -609,7 +612,7 @@ func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
 //
 // A recipient whose destination is over its limit or behind an open
 // breaker does not hold the feed or a slot (destFeed, destinations.go).
-func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left int, _ []DestinationStat, _ error) {
+func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left int, _ []DestinationStat, braked int, _ error) {
 	conc := in.Concurrency
 	if a.DeliverConcurrency > 0 {
 		conc = a.DeliverConcurrency
@@ -714,7 +717,10 @@ feed:
 				err = pace.wait(gctx)
 			}
 			if err == nil && low {
-				err = a.Brake.wait(gctx, in.Event.Type, beatLocked)
+				var held bool
+				if held, err = a.Brake.wait(gctx, in.Event.Type, beatLocked); held {
+					braked++
+				}
 			}
 			if err != nil {
 				if errors.Is(err, errPaceDeadline) {
@@ -745,19 +751,19 @@ feed:
 	werr := g.Wait()
 	close(marks)
 	if ferr := <-flushed; ferr != nil {
-		return nil, 0, nil, ferr
+		return nil, 0, nil, 0, ferr
 	}
 	if werr != nil {
-		return nil, 0, nil, werr
+		return nil, 0, nil, 0, werr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, 0, err
 	}
 	if feedErr != nil {
-		return nil, 0, nil, feedErr
+		return nil, 0, nil, 0, feedErr
 	}
 	dfeed.finalBeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
-	return out, left, dfeed.results(), nil
+	return out, left, dfeed.results(), braked, nil
 }
 
 // deadLetter publishes the given-up recipients to the deliveries DLQ, then

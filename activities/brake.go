@@ -135,14 +135,15 @@ func (b *Brake) Engaged() bool {
 
 // wait blocks, while the brake is on, until this worker's next braked
 // low-priority delivery is due (see pacer.wait for the deadline and
-// beat).
-func (b *Brake) wait(ctx context.Context, eventType string, beat func()) error {
+// beat); held reports that the brake was on and the delivery took its
+// token.
+func (b *Brake) wait(ctx context.Context, eventType string, beat func()) (held bool, _ error) {
 	if !b.Engaged() {
-		return nil
+		return false, nil
 	}
 	if err := (&pacer{lim: b.lim, beat: beat}).wait(ctx); err != nil {
-		return err
+		return false, err
 	}
 	observeBraked(eventType)
-	return nil
+	return true, nil
 }

@@ -62,8 +62,13 @@ func TestBrakeHoldsLowPriorityWhileHighDelivers(t *testing.T) {
 	// A high-priority batch: not braked, and it sets the key.
 	high := activities.DeliverBatchInput{Event: event("brake-high", 0), Priority: fanout.PriorityHigh, AttemptID: "a1",
 		Recipients: recipients(300), MaxAttempts: 3, Concurrency: 16}
-	if _, err := env.ExecuteActivity(acts.DeliverBatch, high); err != nil {
+	hv, err := env.ExecuteActivity(acts.DeliverBatch, high)
+	if err != nil {
 		t.Fatal(err)
+	}
+	var hres activities.DeliverBatchResult
+	if err := hv.Get(&hres); err != nil || hres.Delivered != 300 || hres.Braked != 0 {
+		t.Fatalf("high batch: %+v, %v; want 300 delivered, none braked", hres, err)
 	}
 	waitEngaged(t, acts.Brake, true, 2*time.Second)
 	if ttl := rdb.PTTL(context.Background(), activities.BrakeKey).Val(); ttl <= 0 || ttl > activities.BrakeHold {
@@ -105,6 +110,9 @@ func TestBrakeHoldsLowPriorityWhileHighDelivers(t *testing.T) {
 	<-stop
 	if res.Delivered != 1500 {
 		t.Fatalf("low batch delivered %d of 1500", res.Delivered)
+	}
+	if res.Braked < braked || res.Braked >= 1500 { // reported, for the event's details
+		t.Errorf("low batch reports %d deliveries braked; want those the brake held (>= %d, < 1500)", res.Braked, braked)
 	}
 	// While the signals went on (and BrakeHold after, less a poll), at most
 	// the braked rate plus its burst (a twentieth of a second's worth).

@@ -98,6 +98,9 @@ type Progress struct {
 	// Unconfirmed counts the Failed recipients of an at-most-once type
 	// whose call a crash interrupted (dead-lettered, not called again).
 	Unconfirmed int64 `json:",omitempty"`
+	// Braked counts the deliveries of a low-priority event that the
+	// low-priority brake held to its rate while other priorities delivered.
+	Braked int64 `json:",omitempty"`
 	// ScheduledFor is the time a scheduled event waits (or waited) for.
 	ScheduledFor time.Time `json:",omitzero"`
 	// Destinations are the busiest throttled or broken destinations, from
@@ -641,6 +644,7 @@ func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size i
 		r.prog.Failed += int64(res.Failed)
 		r.prog.DeadLettered += int64(res.DeadLettered)
 		r.prog.Unconfirmed += int64(res.Unconfirmed)
+		r.prog.Braked += int64(res.Braked)
 		r.prog.Destinations = activities.MergeDestinationStats(r.prog.Destinations, res.Destinations)
 	}
 }
@@ -708,6 +712,9 @@ func (r *fanoutRun) setDetails() {
 	rate := ""
 	if p.Rate > 0 {
 		rate = fmt.Sprintf(" · rate cap %.0f/s", p.Rate)
+	}
+	if p.Braked > 0 {
+		rate += fmt.Sprintf(" · braked: %d held while other priorities delivered", p.Braked)
 	}
 	rate += activities.DestinationDetails(p.Destinations)
 	unconfirmed := ""

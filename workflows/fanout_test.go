@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -66,6 +67,8 @@ const (
 	// unconfirmed: an at-most-once recipient whose call a crash
 	// interrupted (dead-lettered, counted Failed and Unconfirmed).
 	unconfirmed
+	// braked: delivered, held to the low-priority brake's rate first.
+	braked
 )
 
 var testMessage = fanout.Message{ContentType: "text/plain", Body: []byte("hello")}
@@ -260,6 +263,9 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 				res.Failed++
 				res.DeadLettered++
 				res.Unconfirmed++
+			case braked:
+				res.Delivered++
+				res.Braked++
 			}
 		}
 		return res, nil
@@ -706,6 +712,39 @@ func TestFanoutCountsUnconfirmed(t *testing.T) {
 	res := runToResult(t, env, FanoutInput{Event: fx.Event})
 	if res.Unconfirmed != want || res.Failed != want || res.DeadLettered != want || res.Delivered != n-want {
 		t.Errorf("result %+v, want Unconfirmed = Failed = DeadLettered = %d, Delivered %d", res.Progress, want, n-want)
+	}
+}
+
+// TestFanoutCountsBraked: the deliveries the low-priority brake held are
+// counted in the event's progress and named on its details line (the UI's
+// current details), so a low event that slowed down says why.
+func TestFanoutCountsBraked(t *testing.T) {
+	const n = 300
+	outcomeOf := func(r fanout.Recipient) outcome {
+		if i, _ := strconv.Atoi(r.ID[1:]); i >= 100 {
+			return braked
+		}
+		return delivered
+	}
+	ev := testEvent("ev-braked")
+	ev.Priority = fanout.PriorityLow
+	fx := fixture{Event: ev, Audience: n, Options: fanout.TypeOptions{BatchSize: 50, PageSize: 100, Window: 4},
+		DeliverDelay: time.Minute, Outcome: outcomeOf}
+	env := newEnv(t, fx, newRecorder())
+	res := runToResult(t, env, FanoutInput{Event: fx.Event})
+	if res.Braked != 200 || res.Delivered != n {
+		t.Errorf("result %+v, want 200 braked among %d delivered", res.Progress, n)
+	}
+	v, err := env.QueryWorkflow("__temporal_workflow_metadata")
+	if err != nil {
+		t.Fatalf("metadata query: %v", err)
+	}
+	var md sdkpb.WorkflowMetadata
+	if err := v.Get(&md); err != nil {
+		t.Fatal(err)
+	}
+	if d := md.GetCurrentDetails(); !strings.Contains(d, "braked: 200 held while other priorities delivered") {
+		t.Errorf("details %q do not name the braked deliveries", d)
 	}
 }
 

@@ -8,6 +8,8 @@
 package priority
 
 import (
+	"strings"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	sdkpb "go.temporal.io/api/sdk/v1"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
@@ -185,8 +189,23 @@ func TestLowPriorityBrakedWhileHigherPriorityDelivers(t *testing.T) {
 	hFirst, hLast := hat[0], hat[len(hat)-1]
 
 	// The low event finishes, at full speed again.
-	if _, err := s.Wait(ctx, low.ID); err != nil {
+	lres, err := s.Wait(ctx, low.ID)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The event says why it slowed: the braked deliveries are in its
+	// progress (and its details line, which the UI shows).
+	if lres.Braked <= 0 || lres.Braked >= lowN {
+		t.Errorf("low event's progress: %d braked, want some of its %d", lres.Braked, lowN)
+	}
+	t.Logf("low event: %d of %d deliveries braked", lres.Braked, lowN)
+	v, err := s.TC.QueryWorkflow(ctx, stack.WorkflowID(low.ID), "", "__temporal_workflow_metadata")
+	var md sdkpb.WorkflowMetadata
+	if err == nil {
+		err = v.Get(&md)
+	}
+	if want := fmt.Sprintf("braked: %d held", lres.Braked); err != nil || !strings.Contains(md.GetCurrentDetails(), want) {
+		t.Errorf("the UI's current details %q (%v) lack %q", md.GetCurrentDetails(), err, want)
 	}
 	nl, lat, ldups := L.snapshot()
 	if nl != lowN || ldups != 0 || hdups != 0 {
