@@ -174,6 +174,8 @@ func newOwnSink(t *testing.T, delay time.Duration) *ownSink {
 	s.delay.Store(int64(delay))
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
+	released := make(chan struct{}) // frees held deliveries before Close waits for them
+	t.Cleanup(func() { close(released) })
 	s.url = srv.URL
 	mux := http.NewServeMux()
 	mux.Handle("POST /recipients", &demo.Source{DeliverURL: srv.URL + "/deliver"})
@@ -182,6 +184,8 @@ func newOwnSink(t *testing.T, delay time.Duration) *ownSink {
 			select {
 			case <-time.After(d):
 			case <-r.Context().Done():
+				return
+			case <-released:
 				return
 			}
 		}
@@ -192,6 +196,23 @@ func newOwnSink(t *testing.T, delay time.Duration) *ownSink {
 }
 
 func (s *ownSink) setDelay(d time.Duration) { s.delay.Store(int64(d)) }
+
+// holdBatchOpen makes the event's deliveries hang from now on and waits
+// until one of its batches is open with a recipient that cannot arrive, so
+// a cancel or terminate that follows is sure to find an open batch: without
+// it, the open batches could all finish between the progress query and the
+// command while the workflow waited to start the next one.
+func holdBatchOpen(t *testing.T, sink *ownSink, id, wid string) {
+	t.Helper()
+	before := time.Duration(sink.delay.Swap(int64(10 * time.Minute)))
+	time.Sleep(before + 500*time.Millisecond) // deliveries already under way arrive
+	eventually(t, time.Minute, "no batch held open", func() bool {
+		p := cliProgress(t, wid)
+		// Batches hold 200 recipients in this stack; a started batch with
+		// a recipient the sink never saw is open and stays open.
+		return p.PendingBatches > 0 && int64(p.BatchesStarted)*200 > int64(sink.Event(id).Unique)
+	})
+}
 
 // startEvents publishes events of the given audience through Kafka and the
 // bridge, with recipients from sink, and waits until each event's workflow
@@ -303,6 +324,7 @@ func TestCLICancel(t *testing.T) {
 		p := cliProgress(t, wid)
 		return p.PendingBatches > 0 && p.BatchesCompleted > 0
 	})
+	holdBatchOpen(t, sink, id, wid)
 
 	temporalCLI(t, "workflow", "cancel", "--workflow-id", wid)
 	var status string
@@ -379,6 +401,7 @@ func TestCLITerminate(t *testing.T) {
 	sink := newOwnSink(t, time.Second)
 	startEvents(t, sink, 20000, 200, id)
 	eventually(t, time.Minute, "no batch open", func() bool { return cliProgress(t, wid).PendingBatches > 0 })
+	holdBatchOpen(t, sink, id, wid)
 
 	temporalCLI(t, "workflow", "terminate", "--workflow-id", wid, "--reason", "runbook test")
 	if status, _ := cliStatus(t, wid); status != "WORKFLOW_EXECUTION_STATUS_TERMINATED" {
