@@ -67,3 +67,27 @@ func TestTemporalCosts(t *testing.T) {
 		t.Errorf("isolation (small and big events mixed): %v, %v; want neither", iso.TemporalMsPerEvent, iso.TemporalMsPer1000)
 	}
 }
+
+func TestFloorRatios(t *testing.T) {
+	rows := []Row{
+		{Scenario: "light-burst", Size: 2000, Seconds: 10, CPUSeconds: map[string]float64{"temporal": 8}},
+		{Scenario: "noop-burst", Size: 2000, Seconds: 10, CPUSeconds: map[string]float64{"temporal": 10}},
+		{Scenario: "light-relative", Size: 2000, Seconds: 20, CPUSeconds: map[string]float64{"temporal": 12}},
+		{Scenario: "heavy", Size: 1000, Seconds: 1, DeliveriesPerSec: 1000, CPUSeconds: map[string]float64{"temporal": 1}},
+	}
+	for i := range rows {
+		temporalCosts(&rows[i])
+	}
+	if rows[1].TemporalMsPerEvent != 5 {
+		t.Fatalf("noop-burst: %v ms per workflow, want 5", rows[1].TemporalMsPerEvent)
+	}
+	floorRatios(rows)
+	// light-burst: 4 ms per event over the floor's 5.
+	if rows[0].Ratio != 0.8 || rows[0].RatioOf == "" {
+		t.Errorf("light-burst ratio %v (%q), want 0.8 of noop-burst", rows[0].Ratio, rows[0].RatioOf)
+	}
+	// light-relative's floor did not run; heavy has none.
+	if rows[2].RatioOf != "" || rows[3].RatioOf != "" || rows[1].RatioOf != "" {
+		t.Errorf("ratios set without a floor: %+v", rows)
+	}
+}

@@ -94,7 +94,7 @@ func (s sizes) scaled(f float64) sizes {
 	return s
 }
 
-var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "light-relative", "isolation", "isolation-relative", "scaling", "dedup"}
+var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "noop-burst", "light-relative", "noop-relative", "isolation", "isolation-relative", "scaling", "dedup"}
 
 // optInScenarios run only when named with -only.
 var optInScenarios = []string{"huge"}
@@ -175,7 +175,13 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 		"heavy": b.heavy, "floor": b.floor, "heavy-stock": b.heavyStock, "light": b.lightPaced, "light-burst": b.lightBurst,
 		"isolation": b.isolation, "scaling": b.scaling, "dedup": b.dedup, "huge": b.huge,
 		"light-relative": b.lightRelative, "isolation-relative": b.isolationRelative,
+		"noop-burst": b.noopBurst, "noop-relative": b.noopRelative,
 	}
+	defer func() {
+		if b.noopWorker != nil {
+			b.noopWorker.Stop()
+		}
+	}()
 	for _, name := range append(allScenarios, optInScenarios...) {
 		if !slices.Contains(want, name) {
 			continue
@@ -197,6 +203,7 @@ func run(ctx context.Context, sz sizes, want []string, dir string, nice int, sep
 		rows = append(rows, row)
 		fmt.Fprintf(out, "[bench %s] done in %v\n", name, time.Since(start).Round(100*time.Millisecond))
 	}
+	floorRatios(rows)
 	return rows, nil
 }
 
@@ -209,7 +216,7 @@ func temporalCosts(r *Row) {
 	if !ok || r.Seconds <= 0 {
 		return
 	}
-	small := slices.Contains([]string{"light", "light-burst", "light-relative"}, r.Scenario)
+	small := slices.Contains([]string{"light", "light-burst", "light-relative", "noop-burst", "noop-relative"}, r.Scenario)
 	if !small && !slices.Contains([]string{"heavy", "heavy-stock", "dedup", "huge"}, r.Scenario) {
 		return
 	}

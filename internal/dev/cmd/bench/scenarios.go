@@ -17,6 +17,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/worker"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
@@ -45,6 +46,8 @@ type bench struct {
 	floorCPU  float64 // its CPU µs per delivery, client and sink
 	lastHeavy string  // event id of the last heavyRun
 	burstRate float64 // events/s of light-burst: the machine's capacity for small events
+
+	noopWorker worker.Worker // runs the no-op workflows of the noop scenarios (noop.go)
 }
 
 func (b *bench) id(prefix string) string {
