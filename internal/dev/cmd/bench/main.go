@@ -143,7 +143,11 @@ func main() {
 
 func run(ctx context.Context, sz sizes, want []string, dir string, nice int, separateBridge, secure bool, out io.Writer) ([]Row, error) {
 	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, sink process, workers, bridge)...")
-	opts := stack.Options{Dir: dir, Log: out, Env: strings.Fields(os.Getenv("FANOUT_BENCH_ENV")), SinkProcess: true}
+	// FANOUT_BENCH_ENV adds to every fanout process's environment,
+	// FANOUT_BENCH_TEMPORAL_ENV to the dev server's (after its tuned GC
+	// setting, so the same key overrides it): for experiments.
+	opts := stack.Options{Dir: dir, Log: out, Env: strings.Fields(os.Getenv("FANOUT_BENCH_ENV")), SinkProcess: true,
+		TemporalEnv: strings.Fields(os.Getenv("FANOUT_BENCH_TEMPORAL_ENV"))}
 	if secure {
 		// Encryption everywhere (the stack's generated key reaches every
 		// process) and every delivery signed.

@@ -47,7 +47,8 @@ type bench struct {
 	lastHeavy string  // event id of the last heavyRun
 	burstRate float64 // events/s of light-burst: the machine's capacity for small events
 
-	noopWorker worker.Worker // runs the no-op workflows of the noop scenarios (noop.go)
+	noopWorker  worker.Worker // runs the no-op workflows of the noop scenarios (noop.go)
+	noopStarted int           // no-op workflows started in this run
 }
 
 func (b *bench) id(prefix string) string {
