@@ -231,16 +231,27 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
-// TemporalGCEnv is the tuned dev server's garbage collector setting: collect
-// when the heap reaches 1 GiB rather than each time it doubles. The server
-// allocates a lot per request and keeps little (its peak RSS in the bench
-// is ~200 MB), so with Go's default (GOGC=100) it collected every ~100 MB
-// and spent 5-6 % of its CPU in the collector; this takes it down to a
-// collection every ~900 MB allocated. The footprint test measured 4.5-4.8 ms
-// of server CPU per small event with it against 5.2-7.2 ms without, in
-// alternated runs. A production server gets the same from GOMEMLIMIT set to
-// its container's memory less headroom (docs/deploy.md).
-var TemporalGCEnv = []string{"GOGC=off", "GOMEMLIMIT=1GiB"}
+// TemporalRuntimeEnv is the tuned dev server's Go runtime setting.
+//
+// GOGC=off GOMEMLIMIT=1GiB: collect when the heap reaches 1 GiB rather than
+// each time it doubles. The server allocates a lot per request and keeps
+// little, so with Go's default (GOGC=100) it collected every ~100 MB and
+// spent 5-6 % of its CPU in the collector. The footprint test measured
+// 4.5-4.8 ms of server CPU per small event with it against 5.2-7.2 ms
+// without, in alternated runs. A production server gets the same from
+// GOMEMLIMIT set to its container's memory less headroom (docs/deploy.md).
+//
+// GOMAXPROCS=1: the dev server shares two cores with Redis, the broker, the
+// sink and the workers, and with a second P the Go runtime wakes an idle
+// thread for nearly every request it receives; on a virtual machine each
+// of those wake-ups costs the server more than the work it hands over.
+// With one P, paced small events cost the server 12.8-13.3 ms instead of
+// 16.1-17.0 ms on a 2.1 GHz EPYC VM (footprint test at 40/s, alternated
+// runs; no-op workflows 12.0-13.6 against 13.7-16.0), and the bench's
+// light-burst 8.6-10.1 ms against 11.3-12.3 ms, its capacity unchanged
+// (85-97 against 87-91 events/s). On a faster machine it made no
+// difference either way.
+var TemporalRuntimeEnv = []string{"GOGC=off", "GOMEMLIMIT=1GiB", "GOMAXPROCS=1"}
 
 // VisibilityPollRPS is how often the tuned dev server reads its visibility
 // queue per second (the server's default is 20).

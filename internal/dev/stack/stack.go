@@ -295,7 +295,7 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	var env []string
 	if !s.stock {
 		args = append(args, s.opts.TemporalFlags...)
-		env = append(slices.Clone(TemporalGCEnv), s.opts.TemporalEnv...) // the last of a key wins
+		env = append(slices.Clone(TemporalRuntimeEnv), s.opts.TemporalEnv...) // the last of a key wins
 	}
 	p, err := startProc("temporal", s.LogPath("temporal"), s.tbin, args, env)
 	if err != nil {
