@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.temporal.io/sdk/client"
 
@@ -383,12 +384,17 @@ func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.
 		return nil, "", err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	// Ready when Redis answers PING: a bare TCP connect also succeeds when
+	// another process holds the port, and then redis-server exits and the
+	// stack's clients talk to that process (seen: the dev server's HTTP
+	// port, answering "400 Bad Request").
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
 	for i := 0; ; i++ {
 		if p.Exited() {
-			return nil, "", fmt.Errorf("redis-server exited at start (port %d busy?)", port)
+			return nil, "", fmt.Errorf("redis-server exited at start (port %d taken?): %w", port, ErrRedisExited)
 		}
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
+		if c.Ping(ctx).Err() == nil {
 			return p, addr, nil
 		}
 		if i > 100 || ctx.Err() != nil {
@@ -398,6 +404,10 @@ func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// ErrRedisExited is StartRedis's error when redis-server exits during
+// start-up, most often because its port was taken.
+var ErrRedisExited = errors.New("redis-server exited")
 
 // Topics of the dev stack and their partition counts.
 var Topics = map[string]int32{

@@ -155,7 +155,9 @@ type Stack struct {
 	codecSrv  *codecserver.Server
 	mu        sync.Mutex
 	procs     map[string]*Proc // temporal, redis, workers and bridges
-	specs     map[string]procSpec
+
+	redisPortChosen bool // Options.RedisPort was 0: startRedis may choose another
+	specs           map[string]procSpec
 }
 
 type procSpec struct {
@@ -193,6 +195,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
+	s.redisPortChosen = o.RedisPort == 0
 	for _, p := range []*int{&o.TemporalPort, &o.RedisPort, &o.KafkaPort} {
 		if *p == 0 {
 			if *p, err = FreePort(); err != nil {
@@ -226,10 +229,12 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	if err := s.startTemporal(ctx); err != nil {
+	// Redis first: the dev server picks free ports of its own as it starts
+	// and could take the one chosen for Redis.
+	if err := s.startRedis(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.startRedis(ctx); err != nil {
+	if err := s.startTemporal(ctx); err != nil {
 		return nil, err
 	}
 	s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
@@ -328,6 +333,15 @@ func (s *Stack) startRedis(ctx context.Context) error {
 		}
 	}
 	p, _, err := StartRedis(ctx, s.opts.RedisPort, dir, s.LogPath("redis"), s.opts.Log)
+	// A port the stack chose may be taken between FreePort and the bind
+	// (by another test's stack): choose again, a few times.
+	for i := 0; i < 5 && s.redisPortChosen && errors.Is(err, ErrRedisExited); i++ {
+		if s.opts.RedisPort, err = FreePort(); err != nil {
+			return err
+		}
+		s.RedisAddr = fmt.Sprintf("127.0.0.1:%d", s.opts.RedisPort)
+		p, _, err = StartRedis(ctx, s.opts.RedisPort, dir, s.LogPath("redis"), s.opts.Log)
+	}
 	if err != nil {
 		return err
 	}
