@@ -51,13 +51,9 @@ func (b *bench) noopBurst(ctx context.Context) (Row, error) {
 }
 
 func (b *bench) noopRelative(ctx context.Context) (Row, error) {
-	rate, err := b.relativeRate(ctx)
-	if err != nil {
-		return Row{}, err
-	}
-	r, err := b.noopRun(ctx, "noop-relative", rate)
-	r.Notes += fmt.Sprintf("; half of light-burst's %.0f events/s", b.burstRate)
-	return r, err
+	return b.atRelativeRate(ctx, func(ctx context.Context, rate float64) (Row, error) {
+		return b.noopRun(ctx, "noop-relative", rate)
+	})
 }
 
 // noopRun starts as many no-op workflows as the light scenarios have

@@ -456,27 +456,31 @@ func (b *bench) relativeRate(ctx context.Context) (float64, error) {
 	return b.burstRate / 2, nil
 }
 
-// lightRelative is light at half the measured burst capacity: a load any
-// machine sustains, whatever its speed.
-func (b *bench) lightRelative(ctx context.Context) (Row, error) {
+// atRelativeRate runs a scenario at half the measured burst capacity and
+// says so in its notes.
+func (b *bench) atRelativeRate(ctx context.Context, run func(context.Context, float64) (Row, error)) (Row, error) {
 	rate, err := b.relativeRate(ctx)
 	if err != nil {
 		return Row{}, err
 	}
-	r, err := b.lightRun(ctx, "light-relative", rate, fanout.PriorityHigh)
+	r, err := run(ctx, rate)
 	r.Notes += fmt.Sprintf("; half of light-burst's %.0f events/s", b.burstRate)
 	return r, err
 }
 
+// lightRelative is light at half the measured burst capacity: a load any
+// machine sustains, whatever its speed.
+func (b *bench) lightRelative(ctx context.Context) (Row, error) {
+	return b.atRelativeRate(ctx, func(ctx context.Context, rate float64) (Row, error) {
+		return b.lightRun(ctx, "light-relative", rate, fanout.PriorityHigh)
+	})
+}
+
 // isolationRelative is isolation at half the measured burst capacity.
 func (b *bench) isolationRelative(ctx context.Context) (Row, error) {
-	rate, err := b.relativeRate(ctx)
-	if err != nil {
-		return Row{}, err
-	}
-	r, err := b.isolationAt(ctx, "isolation-relative", rate)
-	r.Notes += fmt.Sprintf("; half of light-burst's %.0f events/s", b.burstRate)
-	return r, err
+	return b.atRelativeRate(ctx, func(ctx context.Context, rate float64) (Row, error) {
+		return b.isolationAt(ctx, "isolation-relative", rate)
+	})
 }
 
 // isolation runs the light scenario at the isolation rate alone, then again
