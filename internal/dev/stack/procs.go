@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -384,24 +385,37 @@ func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.
 		return nil, "", err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	// Ready when Redis answers PING: a bare TCP connect also succeeds when
-	// another process holds the port, and then redis-server exits and the
-	// stack's clients talk to that process (seen: the dev server's HTTP
-	// port, answering "400 Bad Request").
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	if err := waitRedis(ctx, p, addr, nil); err != nil {
+		if errors.Is(err, ErrRedisExited) {
+			return nil, "", fmt.Errorf("redis-server exited at start (port %d taken?): %w", port, err)
+		}
+		return nil, "", err
+	}
+	return p, addr, nil
+}
+
+// waitRedis waits until the redis-server p answers PING on addr (over TLS
+// with tlsConfig when set). A bare TCP connect is not enough: it also
+// succeeds when another process holds the port, and then redis-server
+// exits and the stack's clients talk to that process (seen: the dev
+// server's HTTP port, answering "400 Bad Request"). It returns
+// ErrRedisExited if p exits first, and kills p after 10 s or when ctx ends.
+func waitRedis(ctx context.Context, p *Proc, addr string, tlsConfig *tls.Config) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: tlsConfig})
 	defer c.Close()
-	for i := 0; ; i++ {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
 		if p.Exited() {
-			return nil, "", fmt.Errorf("redis-server exited at start (port %d taken?): %w", port, ErrRedisExited)
+			return ErrRedisExited
 		}
 		if c.Ping(ctx).Err() == nil {
-			return p, addr, nil
+			return nil
 		}
-		if i > 100 || ctx.Err() != nil {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			p.Kill()
-			return nil, "", fmt.Errorf("redis-server on %s not ready", addr)
+			return fmt.Errorf("redis-server on %s not ready", addr)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -177,24 +177,14 @@ func startRedisNodeTLS(ctx context.Context, dir, name string, extra func(port in
 			return nil, "", err
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, TLSConfig: tlsConfig})
-		for i := 0; ; i++ {
-			if p.Exited() {
-				lastErr = fmt.Errorf("redis-server %s exited at start (port %d taken?); see %s", name, port, filepath.Join(dir, "redis-"+name+".log"))
-				break
-			}
-			if c.Ping(ctx).Err() == nil {
-				c.Close()
-				return p, addr, nil
-			}
-			if i > 100 || ctx.Err() != nil {
-				c.Close()
-				p.Kill()
-				return nil, "", fmt.Errorf("redis-server %s on %s not ready", name, addr)
-			}
-			time.Sleep(50 * time.Millisecond)
+		err = waitRedis(ctx, p, addr, tlsConfig)
+		if err == nil {
+			return p, addr, nil
 		}
-		c.Close()
+		if !errors.Is(err, ErrRedisExited) {
+			return nil, "", fmt.Errorf("redis-server %s: %w", name, err)
+		}
+		lastErr = fmt.Errorf("redis-server %s exited at start (port %d taken?); see %s: %w", name, port, filepath.Join(dir, "redis-"+name+".log"), err)
 	}
 	return nil, "", lastErr
 }

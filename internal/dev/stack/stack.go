@@ -155,9 +155,9 @@ type Stack struct {
 	codecSrv  *codecserver.Server
 	mu        sync.Mutex
 	procs     map[string]*Proc // temporal, redis, workers and bridges
+	specs     map[string]procSpec
 
 	redisPortChosen bool // Options.RedisPort was 0: startRedis may choose another
-	specs           map[string]procSpec
 }
 
 type procSpec struct {
