@@ -165,9 +165,11 @@ type TypeOptions struct {
 	// the batches in flight anyway, so bigger batches then cost Temporal
 	// less per delivery (one child, one activity and a few workflow tasks
 	// per batch) without costing parallelism; smaller events keep
-	// BatchSize's. 0: PageSize, at most MaxBatchSize; negative: BatchSize
-	// (every batch the same size). Resolved by Prepare, like
-	// LocalDeliveryMax, so histories from before it replay with BatchSize.
+	// BatchSize's. 0: PageSize (a page is one batch; until this change
+	// it was at most 5,000); negative: BatchSize (every batch the same
+	// size); at most MaxLargeBatchSize. Resolved by Prepare, like
+	// LocalDeliveryMax, so histories from before it replay with the size
+	// they recorded (BatchSize in those from before the option).
 	LargeBatchSize int `json:"large_batch_size,omitempty"`
 	// MaxPages bounds the pages of one event, so a recipients endpoint that
 	// hands out fresh cursors forever cannot keep an event running: the
@@ -256,7 +258,7 @@ func (o TypeOptions) LargeBatch() int {
 func (o TypeOptions) ResolveLargeBatchSize() TypeOptions {
 	switch {
 	case o.LargeBatchSize == 0:
-		o.LargeBatchSize = max(min(o.PageSize, MaxBatchSize), o.BatchSize)
+		o.LargeBatchSize = max(min(o.PageSize, MaxLargeBatchSize), o.BatchSize)
 	case o.LargeBatchSize < 0:
 		o.LargeBatchSize = o.BatchSize
 	}
@@ -319,8 +321,8 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("BreakerCooldown: %v is negative", o.BreakerCooldown)
 	case o.LocalDeliveryMax > MaxBatchSize:
 		return fmt.Errorf("LocalDeliveryMax: %d is over %d", o.LocalDeliveryMax, MaxBatchSize)
-	case o.LargeBatchSize > MaxBatchSize:
-		return fmt.Errorf("LargeBatchSize: %d is over %d", o.LargeBatchSize, MaxBatchSize)
+	case o.LargeBatchSize > MaxLargeBatchSize:
+		return fmt.Errorf("LargeBatchSize: %d is over %d", o.LargeBatchSize, MaxLargeBatchSize)
 	case o.LargeBatchSize > 0 && o.LargeBatchSize < o.WithDefaults().BatchSize:
 		return fmt.Errorf("LargeBatchSize: %d is under BatchSize %d", o.LargeBatchSize, o.WithDefaults().BatchSize)
 	}
@@ -337,7 +339,18 @@ func (o TypeOptions) Validate() error {
 const (
 	MaxBatchSize = 5000
 	MaxPageSize  = 20000
-	MaxWindow    = 500
+	// MaxLargeBatchSize bounds LargeBatchSize: a large batch is at most a
+	// page. Such batches are always staged in Redis (a page of more than
+	// one batch, or of more than 256 KiB, is), so their recipients never
+	// ride in a payload; a batch's result lists at most MaxFailureDetails
+	// of its failures.
+	MaxLargeBatchSize = MaxPageSize
+	// MaxFailureDetails bounds the failures a batch's result lists (each
+	// is in the deliveries DLQ; the result counts them all), so the
+	// result of a batch whose every recipient failed stays far below
+	// Temporal's 2 MB payloads.
+	MaxFailureDetails = 100
+	MaxWindow         = 500
 	// MaxBatchesPerPage bounds PageSize/BatchSize.
 	MaxBatchesPerPage = 100
 	// MaxMessageBytes bounds a generated message (its content type and

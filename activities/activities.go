@@ -315,7 +315,10 @@ type DeliverBatchResult struct {
 	Unconfirmed  int `json:",omitempty"`
 	// Braked counts the deliveries of a low-priority batch the brake held
 	// to its rate while other priorities delivered (brake.go).
-	Braked   int `json:",omitempty"`
+	Braked int `json:",omitempty"`
+	// Failures details the first fanout.MaxFailureDetails of the Failed
+	// recipients (every one is in the deliveries DLQ when it is set; the
+	// batch's log line names the attempt id).
 	Failures []Failure
 	// Destinations are the busiest destinations' throttling and breakers
 	// (at most MaxDestinationStats; see destinations.go).
@@ -565,10 +568,11 @@ func settle(failed []outcome, maxAttempts int) (giveUp []Failure, retry []outcom
 }
 
 // addGivenUp counts the given-up recipients as failed, and as dead-lettered
-// when they went to the deliveries DLQ (published).
+// when they went to the deliveries DLQ (published); Failures keeps the
+// first fanout.MaxFailureDetails of them.
 func (r *DeliverBatchResult) addGivenUp(fs []Failure, published bool) {
 	r.Failed += len(fs)
-	r.Failures = append(r.Failures, fs...)
+	r.Failures = append(r.Failures, fs[:min(len(fs), max(fanout.MaxFailureDetails-len(r.Failures), 0))]...)
 	if published {
 		r.DeadLettered += len(fs)
 	}

@@ -125,16 +125,17 @@ func preparedOptions(t *testing.T, opts fanout.TypeOptions) fanout.TypeOptions {
 }
 
 // TestPrepareResolvesLargeBatchSize: Prepare records the batch size of an
-// event's later pages: the page size (at most fanout.MaxBatchSize) by
-// default, the type's when set, BatchSize when negative (fixed batches).
+// event's later pages: the page size by default (one batch per page, at most fanout.MaxLargeBatchSize), the
+// type's when set, BatchSize when negative (fixed batches).
 func TestPrepareResolvesLargeBatchSize(t *testing.T) {
 	for _, tc := range []struct {
 		opts fanout.TypeOptions
 		want int
 	}{
-		{fanout.TypeOptions{}, fanout.MaxBatchSize},
+		{fanout.TypeOptions{}, fanout.DefaultPageBatches * fanout.DefaultBatchSize},
 		{fanout.TypeOptions{PageSize: 3000}, 3000},
-		{fanout.TypeOptions{BatchSize: 2000}, fanout.MaxBatchSize},
+		{fanout.TypeOptions{BatchSize: 2000}, fanout.MaxPageSize},
+		{fanout.TypeOptions{BatchSize: 5000, PageSize: fanout.MaxPageSize}, fanout.MaxLargeBatchSize},
 		{fanout.TypeOptions{BatchSize: 100, PageSize: 50}, 100},
 		{fanout.TypeOptions{LargeBatchSize: 3000}, 3000},
 		{fanout.TypeOptions{BatchSize: 300, LargeBatchSize: -1}, 300},
@@ -143,9 +144,46 @@ func TestPrepareResolvesLargeBatchSize(t *testing.T) {
 			t.Errorf("options %+v: Prepare reported LargeBatchSize %d, want %d", tc.opts, got, tc.want)
 		}
 	}
-	for _, bad := range []fanout.TypeOptions{{LargeBatchSize: fanout.MaxBatchSize + 1}, {BatchSize: 500, LargeBatchSize: 400}} {
+	for _, bad := range []fanout.TypeOptions{{LargeBatchSize: fanout.MaxLargeBatchSize + 1}, {BatchSize: 500, LargeBatchSize: 400}} {
 		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "LargeBatchSize") {
 			t.Errorf("options %+v: Validate %v, want a LargeBatchSize error", bad, err)
+		}
+	}
+}
+
+// TestDeliverBatchBoundsFailureDetails: a batch whose every recipient fails
+// counts them all and dead-letters them all, but its result (an activity
+// result and a child's, in two histories) details only the first
+// fanout.MaxFailureDetails, however large the batch.
+func TestDeliverBatchBoundsFailureDetails(t *testing.T) {
+	h := &audience{delivered: map[string]int{}, fail: func(fanout.Recipient) error { return fanout.Permanent(errors.New("HTTP 410")) }}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	n := fanout.MaxFailureDetails + 50
+	recips := make([]fanout.Recipient, n)
+	for i := range recips {
+		recips[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
+	}
+	dl := &dlqRecorder{}
+	acts := &activities.Activities{Registry: reg, DeadLetters: dl}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
+		Event: event("allfail", n), AttemptID: "a#0", Recipients: recips, MaxAttempts: 1, Concurrency: 8})
+	var res activities.DeliverBatchResult
+	if err == nil {
+		err = v.Get(&res)
+	}
+	if err != nil || res.Failed != n || res.DeadLettered != n || len(dl.dls) != n {
+		t.Fatalf("got %d failed, %d dead-lettered, %d in the DLQ (%v); want %d each", res.Failed, res.DeadLettered, len(dl.dls), err, n)
+	}
+	if len(res.Failures) != fanout.MaxFailureDetails {
+		t.Fatalf("result details %d failures, want %d", len(res.Failures), fanout.MaxFailureDetails)
+	}
+	for _, f := range res.Failures {
+		if !f.Permanent || !strings.Contains(f.Error, "410") {
+			t.Fatalf("failure detail %+v, want the permanent HTTP 410", f)
 		}
 	}
 }

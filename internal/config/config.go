@@ -127,7 +127,8 @@ type Worker struct {
 	// fanout's default, 100; -1: off).
 	LocalDeliveryMax int `env:"FANOUT_LOCAL_DELIVERY_MAX"`
 	// LargeBatchSize: batch size once an event has started a window of
-	// batches (0: the page size, at most 5,000; -1: FANOUT_BATCH_SIZE).
+	// batches (0: the page size, one batch per page; -1: FANOUT_BATCH_SIZE;
+	// at most 20,000).
 	LargeBatchSize int `env:"FANOUT_LARGE_BATCH_SIZE"`
 	// Semantics is the webhook type's delivery guarantee: at-least-once
 	// (the default) or at-most-once (needs FANOUT_DEDUP=true).

@@ -243,7 +243,7 @@ func TestLoadBadValues(t *testing.T) {
 		{"bridge without the events queue", worker, map[string]string{"FANOUT_BRIDGE": "true", "FANOUT_QUEUES": "high,low"}, "FANOUT_BRIDGE"},
 		{"local delivery limit over the batch limit", worker, map[string]string{"FANOUT_LOCAL_DELIVERY_MAX": "6000"}, "FANOUT_LOCAL_DELIVERY_MAX"},
 		{"large batches under the batch size", worker, map[string]string{"FANOUT_BATCH_SIZE": "800", "FANOUT_LARGE_BATCH_SIZE": "500"}, "FANOUT_LARGE_BATCH_SIZE"},
-		{"large batches over the batch limit", worker, map[string]string{"FANOUT_LARGE_BATCH_SIZE": "9000"}, "FANOUT_LARGE_BATCH_SIZE"},
+		{"large batches over the page limit", worker, map[string]string{"FANOUT_LARGE_BATCH_SIZE": "20001"}, "FANOUT_LARGE_BATCH_SIZE"},
 		{"a signing secret without whsec_", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "FANOUT_WEBHOOK_SECRETS"},
 		{"window over its limit", worker, map[string]string{"FANOUT_WINDOW": "501"}, "FANOUT_WINDOW"},
 		{"HTTP timeout negative", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "-1s"}, "FANOUT_HTTP_TIMEOUT"},
