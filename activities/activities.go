@@ -389,10 +389,11 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		return DeliverBatchResult{}, a.retryError(in, retry)
 	}
 	if left > 0 {
-		// Paced past the attempt's deadline: the next attempt presents the
-		// same attempt id, skips what this one delivered and goes on.
+		// Paced, throttled or slow past the attempt's deadline: the next
+		// attempt presents the same attempt id, skips what this one
+		// delivered and goes on.
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("%s: %d of %d recipients left to the next attempt (%v)", leftWhy(in, dests), left, len(in.Recipients), errPaceDeadline),
+			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, dests), left, len(in.Recipients)),
 			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
 	}
 	if len(giveUp) > 0 && a.Logger != nil {
@@ -611,8 +612,8 @@ func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
 // piled up while the previous flush was in flight (group commit: one round
 // trip when idle, few under load). With in.Rate, deliveries start at that
 // pace (pacer); left counts the recipients of todo not tried because the
-// pace would outlast the attempt (they are not failures: the retry
-// delivers them).
+// pace would outlast the attempt, or because the attempt neared its
+// deadline (yieldAt): they are not failures, the retry delivers them.
 //
 // A recipient whose destination is over its limit or behind an open
 // breaker does not hold the feed or a slot (destFeed, destinations.go).
@@ -710,9 +711,14 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, beatLocked)
 	low := in.Priority == fanout.PriorityLow
 	src := &feeder{f: dfeed, todo: todo}
+	yield, hasDeadline := yieldAt(ctx, time.Now())
 	var feedErr error
 feed:
 	for {
+		if hasDeadline && src.more() && time.Now().After(yield) {
+			left = src.remaining()
+			break feed
+		}
 		if src.more() {
 			// The event's rate cap, then (low priority) the brake, which
 			// is on while other priorities deliver (brake.go).
@@ -768,6 +774,24 @@ feed:
 	}
 	dfeed.finalBeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
 	return out, left, dfeed.results(), braked, nil
+}
+
+// yieldAt is when an attempt that started at start stops starting
+// deliveries and leaves the rest of its batch to the next attempt, which
+// begins at once and skips what this one delivered: a tenth of the
+// attempt's time before its deadline, at least paceYieldMargin (at most
+// half the attempt, so that every attempt delivers), so that the calls in
+// flight end and are marked before it times out. Without it
+// a batch slower than its timeout (DeliverTimeout: a large batch, a slow
+// destination) would be cut off mid-call, and what it delivered but had
+// not yet marked would be delivered again. false: ctx has no deadline.
+func yieldAt(ctx context.Context, start time.Time) (time.Time, bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}, false
+	}
+	total := dl.Sub(start)
+	return dl.Add(-min(max(paceYieldMargin, total/10), total/2)), true
 }
 
 // deadLetter publishes the given-up recipients to the deliveries DLQ, then

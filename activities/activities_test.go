@@ -14,6 +14,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
@@ -185,6 +186,46 @@ func TestDeliverBatchBoundsFailureDetails(t *testing.T) {
 		if !f.Permanent || !strings.Contains(f.Error, "410") {
 			t.Fatalf("failure detail %+v, want the permanent HTTP 410", f)
 		}
+	}
+}
+
+// TestDeliverBatchYieldsBeforeItsDeadline: a batch whose deliveries are
+// slower than its attempt's timeout allows stops starting them a while
+// before the deadline and leaves the rest to its next attempt (at once),
+// instead of being cut off mid-call: every call it started ends, and the
+// recipients left are neither delivered nor failed.
+func TestDeliverBatchYieldsBeforeItsDeadline(t *testing.T) {
+	h := &audience{delivered: map[string]int{}, fail: func(fanout.Recipient) error { time.Sleep(200 * time.Millisecond); return nil }}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	const n = 40 // 4 s at 2 at a time: more than the attempt's 2 s
+	recips := make([]fanout.Recipient, n)
+	for i := range recips {
+		recips[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
+	}
+	actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	acts := &activities.Activities{Registry: reg}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.SetWorkerOptions(worker.Options{BackgroundActivityContext: actx})
+	env.RegisterActivity(acts)
+	_, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
+		Event: event("slow", n), AttemptID: "a#0", Recipients: recips, MaxAttempts: 1, Concurrency: 2})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrDeliveryRetry || ae.NextRetryDelay() != 100*time.Millisecond ||
+		!strings.Contains(ae.Message(), "slower than the attempt's timeout allows") {
+		t.Fatalf("err %v, want a retry at once of the recipients left", err)
+	}
+	h.mu.Lock()
+	delivered := len(h.delivered)
+	h.mu.Unlock()
+	// Half the attempt (1 s, 2 at a time, 200 ms each) is ~10 calls.
+	if delivered == 0 || delivered >= n || !strings.Contains(ae.Message(), fmt.Sprintf("%d of %d recipients left", n-delivered, n)) {
+		t.Fatalf("%d delivered, message %q: want some delivered and the rest left", delivered, ae.Message())
+	}
+	if err := actx.Err(); err != nil {
+		t.Fatalf("the attempt ran to its deadline (%v): it should have returned before", err)
 	}
 }
 

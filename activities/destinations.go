@@ -447,13 +447,17 @@ func (s *feeder) remaining() int {
 }
 
 // leftWhy says why a batch left recipients to its next attempt: its rate
-// cap, its destinations' limits, or both.
+// cap, its destinations' limits, both, or neither (its deliveries were
+// slower than its attempt's timeout allows: see yieldAt).
 func leftWhy(in DeliverBatchInput, stats []DestinationStat) string {
-	why := "throttled (" + destSummary(stats) + ")"
-	if in.Rate > 0 {
-		why = fmt.Sprintf("paced at %.4g/s, %s", in.Rate, why)
+	throttled := destSummary(stats)
+	switch {
+	case in.Rate > 0:
+		return fmt.Sprintf("paced at %.4g/s, throttled (%s)", in.Rate, throttled)
+	case throttled != "none":
+		return "throttled (" + throttled + ")"
 	}
-	return why
+	return "slower than the attempt's timeout allows"
 }
 
 // destSummary is stats in a line ("none" without any).

@@ -85,3 +85,27 @@ func TestPacerYieldsBeforeTheDeadlineAndStopsOnCancel(t *testing.T) {
 		t.Errorf("%d heartbeats during a wait of over 2s, want one a second", beats)
 	}
 }
+
+// TestYieldAt: a batch stops starting deliveries a tenth of its attempt's
+// time before the deadline, at least paceYieldMargin, at most half the
+// attempt; never without a deadline.
+func TestYieldAt(t *testing.T) {
+	start := time.Now()
+	for _, tc := range []struct {
+		timeout, before time.Duration
+	}{
+		{5 * time.Minute, 30 * time.Second},
+		{20 * time.Second, paceYieldMargin},
+		{4 * time.Second, 2 * time.Second},
+	} {
+		ctx, cancel := context.WithDeadline(context.Background(), start.Add(tc.timeout))
+		at, ok := yieldAt(ctx, start)
+		cancel()
+		if want := start.Add(tc.timeout - tc.before); !ok || !at.Equal(want) {
+			t.Errorf("timeout %v: yield at %v (%v), want %v before the deadline", tc.timeout, at.Sub(start), ok, tc.before)
+		}
+	}
+	if _, ok := yieldAt(context.Background(), start); ok {
+		t.Error("a context without a deadline yields")
+	}
+}
