@@ -14,7 +14,7 @@
 // all at once. FOOTPRINT_FLAGS and FOOTPRINT_ENV add flags and environment to the dev
 // server (stack.Options.TemporalFlags, TemporalEnv) to try its dynamic
 // config; FOOTPRINT_PERF=FILE records a perf profile of it during the small
-// events.
+// events, and into FILE.noop during the no-op workflows.
 package footprint
 
 import (
@@ -250,13 +250,7 @@ func TestSmallEventFootprint(t *testing.T) {
 
 	m0 := scrape(t)
 	c0, t0 = temporalCPU(t), time.Now()
-	if out := os.Getenv("FOOTPRINT_PERF"); out != "" {
-		perf := exec.Command("perf", "record", "-F", "999", "-g", "-o", out, "-p", strconv.Itoa(st.Pids()["temporal"]))
-		if err := perf.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = perf.Process.Signal(os.Interrupt); _ = perf.Wait() }()
-	}
+	defer recordPerf(t, "")()
 	evs := mk("fp", n)
 	if rate, _ := strconv.ParseFloat(os.Getenv("FOOTPRINT_RATE"), 64); rate > 0 {
 		// Paced, as the bench's light scenarios publish.
@@ -376,6 +370,21 @@ func TestBatchFootprint(t *testing.T) {
 	}
 }
 
+// recordPerf records a perf profile of the dev server into
+// $FOOTPRINT_PERF+suffix until the returned func is called (nothing
+// without FOOTPRINT_PERF).
+func recordPerf(t *testing.T, suffix string) (stop func()) {
+	out := os.Getenv("FOOTPRINT_PERF")
+	if out == "" {
+		return func() {}
+	}
+	perf := exec.Command("perf", "record", "-F", "999", "-g", "-o", out+suffix, "-p", strconv.Itoa(st.Pids()["temporal"]))
+	if err := perf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = perf.Process.Signal(os.Interrupt); _ = perf.Wait() }
+}
+
 // noop is the least a workflow can be: one workflow task that completes it.
 func noop(workflow.Context) error { return nil }
 
@@ -428,8 +437,10 @@ func TestNoopWorkflowFloor(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	c0, t0 := temporalCPU(t), time.Now()
 	m0 := scrape(t)
+	stopPerf := recordPerf(t, ".noop")
 	start("noop", n)
 	m1 := waitClosed(t, m0, n) // as TestSmallEventFootprint measures
+	stopPerf()
 	if c := per(m0, m1, closedKey, n); c < 0.99 {
 		t.Fatalf("%.2f of the no-op workflows closed", c)
 	}
