@@ -235,21 +235,20 @@ func (p *Proc) Kill() {
 
 // TemporalRuntimeEnv is the tuned dev server's Go runtime setting.
 //
-// GOGC=off GOMEMLIMIT=256MiB: collect when the heap reaches 256 MiB rather
-// than each time it doubles. The server allocates a lot per request and
-// keeps little, so with Go's default (GOGC=100) it collected every ~100 MB
-// and spent 5-6 % of its CPU in the collector. The footprint test measured
-// 4.5-4.8 ms of server CPU per small event with GOGC=off GOMEMLIMIT=1GiB
-// against 5.2-7.2 ms without, in alternated runs. The limit was then
-// lowered to 256 MiB: on a 2.1 GHz EPYC VM a perf profile put 16 % of the
-// server's CPU in page faults, the heap touching fresh pages on its way to
-// 1 GiB, and with 256 MiB the pages are reused sooner. Alternated bench
-// runs there: light-burst 7.45, 6.5 ms per event against 9.2, 8.85 with
-// 1 GiB, its capacity 113-121 against 92-94 events/s, heavy 10.8, 12.9
-// against 13.5, 12.3 ms per 1,000 deliveries, and the server's peak RSS
-// 330 MB instead of 1.06 GB; 128 MiB collected too often (footprint test:
-// 7.7-9.0 ms per small event against 7.6-8.6 at 256 MiB). A production
-// server: see docs/deploy.md.
+// GOGC=off GOMEMLIMIT=1GiB: collect when the heap reaches 1 GiB rather than
+// each time it doubles. The server allocates a lot per request and keeps
+// little, so with Go's default (GOGC=100) it collected every ~100 MB and
+// spent 5-6 % of its CPU in the collector. The footprint test measured
+// 4.5-4.8 ms of server CPU per small event with it against 5.2-7.2 ms
+// without, in alternated runs. A production server gets the same from
+// GOMEMLIMIT set to its container's memory less headroom (docs/deploy.md).
+// A 256 MiB limit was tried on a 2.1 GHz EPYC VM, where a perf profile put
+// 16 % of the server's CPU in page faults (a heap growing to 1 GiB over
+// fresh pages): a small event in a burst cost 6.5-7.55 ms instead of
+// 8.85-9.2 and light-burst's capacity rose to 108-121 events/s, but the
+// relative scenarios then ran at 54-59 events/s, where the server, paced,
+// saturated beside the low-priority event (isolation-relative 13.2 and
+// 9.5; 1.07 in a slower run at 45/s), so it went back to 1 GiB.
 //
 // GOMAXPROCS=1: the dev server shares two cores with Redis, the broker, the
 // sink and the workers, and with a second P the Go runtime wakes an idle
@@ -261,7 +260,7 @@ func (p *Proc) Kill() {
 // light-burst 8.6-10.1 ms against 11.3-12.3 ms, its capacity unchanged
 // (85-97 against 87-91 events/s). On a faster machine it made no
 // difference either way.
-var TemporalRuntimeEnv = []string{"GOGC=off", "GOMEMLIMIT=256MiB", "GOMAXPROCS=1"}
+var TemporalRuntimeEnv = []string{"GOGC=off", "GOMEMLIMIT=1GiB", "GOMAXPROCS=1"}
 
 // VisibilityPollRPS is how often the tuned dev server reads its visibility
 // queue per second (the server's default is 20).
