@@ -165,10 +165,9 @@ type TypeOptions struct {
 	// the batches in flight anyway, so bigger batches then cost Temporal
 	// less per delivery (one child, one activity and a few workflow tasks
 	// per batch) without costing parallelism; smaller events keep
-	// BatchSize's. 0: PageSize (a page is one batch; until this change
-	// it was at most 5,000); negative: BatchSize (every batch the same
-	// size); at most MaxLargeBatchSize. Resolved by Prepare, like
-	// LocalDeliveryMax, so histories from before it replay with the size
+	// BatchSize's. 0: PageSize (one batch per page); negative: BatchSize
+	// (every batch the same size); at most MaxLargeBatchSize. Resolved by
+	// Prepare, like LocalDeliveryMax, so histories replay with the size
 	// they recorded (BatchSize in those from before the option).
 	LargeBatchSize int `json:"large_batch_size,omitempty"`
 	// MaxPages bounds the pages of one event, so a recipients endpoint that
@@ -340,10 +339,9 @@ const (
 	MaxBatchSize = 5000
 	MaxPageSize  = 20000
 	// MaxLargeBatchSize bounds LargeBatchSize: a large batch is at most a
-	// page. Such batches are always staged in Redis (a page of more than
-	// one batch, or of more than 256 KiB, is), so their recipients never
-	// ride in a payload; a batch's result lists at most MaxFailureDetails
-	// of its failures.
+	// page. Its recipients ride in no payload: a page is staged in Redis
+	// unless it is the event's last, one batch and under 256 KiB; a
+	// batch's result lists at most MaxFailureDetails of its failures.
 	MaxLargeBatchSize = MaxPageSize
 	// MaxFailureDetails bounds the failures a batch's result lists (each
 	// is in the deliveries DLQ; the result counts them all), so the

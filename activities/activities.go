@@ -781,8 +781,8 @@ feed:
 // begins at once and skips what this one delivered: a tenth of the
 // attempt's time before its deadline, at least paceYieldMargin (at most
 // half the attempt, so that every attempt delivers), so that the calls in
-// flight end and are marked before it times out. Without it
-// a batch slower than its timeout (DeliverTimeout: a large batch, a slow
+// flight end and are marked before it times out. Without it a batch
+// slower than its timeout (DeliverTimeout: a large batch, a slow
 // destination) would be cut off mid-call, and what it delivered but had
 // not yet marked would be delivered again. false: ctx has no deadline.
 func yieldAt(ctx context.Context, start time.Time) (time.Time, bool) {

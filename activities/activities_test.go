@@ -126,8 +126,9 @@ func preparedOptions(t *testing.T, opts fanout.TypeOptions) fanout.TypeOptions {
 }
 
 // TestPrepareResolvesLargeBatchSize: Prepare records the batch size of an
-// event's later pages: the page size by default (one batch per page, at most fanout.MaxLargeBatchSize), the
-// type's when set, BatchSize when negative (fixed batches).
+// event's later pages: the page size by default (one batch per page, at
+// most fanout.MaxLargeBatchSize), the type's when set, BatchSize when
+// negative (fixed batches).
 func TestPrepareResolvesLargeBatchSize(t *testing.T) {
 	for _, tc := range []struct {
 		opts fanout.TypeOptions
