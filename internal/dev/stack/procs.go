@@ -243,7 +243,7 @@ func (p *Proc) Kill() {
 // without, in alternated runs. A production server gets the same from
 // GOMEMLIMIT set to its container's memory less headroom (docs/deploy.md).
 // A 256 MiB limit was tried on a 2.1 GHz EPYC VM, where a perf profile put
-// 16 % of the server's CPU in page faults (a heap growing to 1 GiB over
+// ~9 % of the server's CPU in page faults (a heap growing to 1 GiB over
 // fresh pages): a small event in a burst cost 6.5-7.55 ms instead of
 // 8.85-9.2 and light-burst's capacity rose to 108-121 events/s, but the
 // relative scenarios then ran at 54-59 events/s, where the server, paced,
