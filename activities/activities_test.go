@@ -94,6 +94,29 @@ func event(id string, n int) fanout.Event {
 	return fanout.Event{ID: id + "-" + strconv.FormatInt(time.Now().UnixNano(), 36), Type: "t", Payload: json.RawMessage(fmt.Sprintf(`{"N":%d}`, n))}
 }
 
+// recipients are n recipients r0, r1, ... without addresses.
+func recipients(n int) []fanout.Recipient {
+	rs := make([]fanout.Recipient, n)
+	for i := range rs {
+		rs[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
+	}
+	return rs
+}
+
+// runDeliverBatch runs acts.DeliverBatch on in in a test activity environment
+// with the worker options wo.
+func runDeliverBatch(acts *activities.Activities, in activities.DeliverBatchInput, wo worker.Options) (activities.DeliverBatchResult, error) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment().SetWorkerOptions(wo)
+	env.RegisterActivity(acts)
+	var res activities.DeliverBatchResult
+	v, err := env.ExecuteActivity(acts.DeliverBatch, in)
+	if err == nil {
+		err = v.Get(&res)
+	}
+	return res, err
+}
+
 // TestPrepareResolvesLocalDeliveryMax: Prepare records the fast-path limit
 // the workflow decides by (the type's, or the default when unset).
 func TestPrepareResolvesLocalDeliveryMax(t *testing.T) {
@@ -162,21 +185,9 @@ func TestDeliverBatchBoundsFailureDetails(t *testing.T) {
 	reg := fanout.NewRegistry()
 	reg.MustRegister("t", h, fanout.TypeOptions{})
 	n := fanout.MaxFailureDetails + 50
-	recips := make([]fanout.Recipient, n)
-	for i := range recips {
-		recips[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
-	}
 	dl := &dlqRecorder{}
-	acts := &activities.Activities{Registry: reg, DeadLetters: dl}
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestActivityEnvironment()
-	env.RegisterActivity(acts)
-	v, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
-		Event: event("allfail", n), AttemptID: "a#0", Recipients: recips, MaxAttempts: 1, Concurrency: 8})
-	var res activities.DeliverBatchResult
-	if err == nil {
-		err = v.Get(&res)
-	}
+	res, err := runDeliverBatch(&activities.Activities{Registry: reg, DeadLetters: dl}, activities.DeliverBatchInput{
+		Event: event("allfail", n), AttemptID: "a#0", Recipients: recipients(n), MaxAttempts: 1, Concurrency: 8}, worker.Options{})
 	if err != nil || res.Failed != n || res.DeadLettered != n || len(dl.dls) != n {
 		t.Fatalf("got %d failed, %d dead-lettered, %d in the DLQ (%v); want %d each", res.Failed, res.DeadLettered, len(dl.dls), err, n)
 	}
@@ -200,19 +211,11 @@ func TestDeliverBatchYieldsBeforeItsDeadline(t *testing.T) {
 	reg := fanout.NewRegistry()
 	reg.MustRegister("t", h, fanout.TypeOptions{})
 	const n = 40 // 4 s at 2 at a time: more than the attempt's 2 s
-	recips := make([]fanout.Recipient, n)
-	for i := range recips {
-		recips[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
-	}
 	actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	acts := &activities.Activities{Registry: reg}
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestActivityEnvironment()
-	env.SetWorkerOptions(worker.Options{BackgroundActivityContext: actx})
-	env.RegisterActivity(acts)
-	_, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
-		Event: event("slow", n), AttemptID: "a#0", Recipients: recips, MaxAttempts: 1, Concurrency: 2})
+	_, err := runDeliverBatch(&activities.Activities{Registry: reg}, activities.DeliverBatchInput{
+		Event: event("slow", n), AttemptID: "a#0", Recipients: recipients(n), MaxAttempts: 1, Concurrency: 2},
+		worker.Options{BackgroundActivityContext: actx})
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.Type() != activities.ErrDeliveryRetry || ae.NextRetryDelay() != 100*time.Millisecond ||
 		!strings.Contains(ae.Message(), "slower than the attempt's timeout allows") {
@@ -239,16 +242,7 @@ func TestDeliverBatchWithoutGateOrStaging(t *testing.T) {
 	reg := fanout.NewRegistry()
 	reg.MustRegister("t", h, fanout.TypeOptions{})
 	run := func(acts *activities.Activities, in activities.DeliverBatchInput) (activities.DeliverBatchResult, error) {
-		t.Helper()
-		var s testsuite.WorkflowTestSuite
-		env := s.NewTestActivityEnvironment()
-		env.RegisterActivity(acts)
-		var res activities.DeliverBatchResult
-		v, err := env.ExecuteActivity(acts.DeliverBatch, in)
-		if err == nil {
-			err = v.Get(&res)
-		}
-		return res, err
+		return runDeliverBatch(acts, in, worker.Options{})
 	}
 	ev := event("nogate", 10)
 	recips := []fanout.Recipient{{ID: "r0"}, {ID: "r1"}, {ID: "r2"}}
@@ -397,10 +391,7 @@ func TestDeliverBatchPacedAtItsRate(t *testing.T) {
 	}}
 	reg := fanout.NewRegistry()
 	reg.MustRegister("t", h, fanout.TypeOptions{})
-	recips := make([]fanout.Recipient, n)
-	for i := range recips {
-		recips[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
-	}
+	recips := recipients(n)
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	acts := &activities.Activities{Registry: reg}

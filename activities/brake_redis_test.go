@@ -4,7 +4,6 @@ package activities_test
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -24,14 +23,6 @@ func waitEngaged(t *testing.T, b *activities.Brake, want bool, limit time.Durati
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func recipients(n int) []fanout.Recipient {
-	rs := make([]fanout.Recipient, n)
-	for i := range rs {
-		rs[i] = fanout.Recipient{ID: "r" + strconv.Itoa(i)}
-	}
-	return rs
 }
 
 // TestBrakeHoldsLowPriorityWhileHighDelivers: a high-priority batch puts the
