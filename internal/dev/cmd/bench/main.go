@@ -82,19 +82,24 @@ type sizes struct {
 	scaling      int     // recipients per scaling run
 	scaleDelay   time.Duration
 	isolationAud int // heavy event running under the isolation scenario
+	slow         int // recipients of the slow scenario's event
+	fairBig      int // recipients of each big event in fairness
+	fairSmall    int // recipients of fairness's small events
 }
 
 func fullSizes() sizes {
-	return sizes{huge: 5_000_000, heavy: 1_000_000, heavyStock: 200_000, lightEvents: 2000, lightAud: 20, lightRate: 100, isoRate: 50, scaling: 40_000, scaleDelay: 25 * time.Millisecond, isolationAud: 1_000_000}
+	return sizes{huge: 5_000_000, heavy: 1_000_000, heavyStock: 200_000, lightEvents: 2000, lightAud: 20, lightRate: 100, isoRate: 50, scaling: 40_000, scaleDelay: 25 * time.Millisecond, isolationAud: 1_000_000,
+		slow: 100_000, fairBig: 300_000, fairSmall: 2000}
 }
 
 func (s sizes) scaled(f float64) sizes {
 	sc := func(n int) int { return max(int(float64(n)*f), 1) }
 	s.heavy, s.heavyStock, s.lightEvents, s.scaling, s.isolationAud, s.huge = sc(s.heavy), sc(s.heavyStock), sc(s.lightEvents), sc(s.scaling), sc(s.isolationAud), sc(s.huge)
+	s.slow, s.fairBig, s.fairSmall = sc(s.slow), sc(s.fairBig), sc(s.fairSmall)
 	return s
 }
 
-var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "noop-burst", "light-relative", "noop-relative", "isolation", "isolation-relative", "scaling", "dedup"}
+var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "noop-burst", "light-relative", "noop-relative", "isolation", "isolation-relative", "slow", "fairness", "scaling", "dedup"}
 
 // optInScenarios run only when named with -only.
 var optInScenarios = []string{"huge"}
@@ -178,7 +183,7 @@ func run(ctx context.Context, sz sizes, want []string, dir, temporalEnv string, 
 	var rows []Row
 	scenarios := map[string]func(context.Context) (Row, error){
 		"heavy": b.heavy, "floor": b.floor, "heavy-stock": b.heavyStock, "light": b.lightPaced, "light-burst": b.lightBurst,
-		"isolation": b.isolation, "scaling": b.scaling, "dedup": b.dedup, "huge": b.huge,
+		"isolation": b.isolation, "slow": b.slow, "fairness": b.fairness, "scaling": b.scaling, "dedup": b.dedup, "huge": b.huge,
 		"light-relative": b.lightRelative, "isolation-relative": b.isolationRelative,
 		"noop-burst": b.noopBurst, "noop-relative": b.noopRelative,
 	}

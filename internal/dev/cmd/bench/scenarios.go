@@ -211,15 +211,43 @@ func (b *bench) floor(ctx context.Context) (Row, error) {
 		}
 	}
 	n, c := b.sz.heavy, batchSlots*concurrency
+	tw := b.startTimeWait()
+	secs, cpu, err := b.bareLoop(ctx, "floor", n, c)
+	tw.stop()
+	if err != nil {
+		return Row{}, err
+	}
+	// The rest of the stack idles during the floor: its CPU is in
+	// cpu_seconds, not in the floor's cost per delivery.
+	floorCPU := map[string]float64{benchProc: cpu[benchProc], "sink": cpu["sink"]}
+	rate := float64(n) / secs
+	b.floorRate = rate
+	r := Row{Size: n, Seconds: secs, DeliveriesPerSec: rate, Ratio: b.heavyRate / rate, RatioOf: "heavy/floor", CPUSeconds: roundCPU(cpu),
+		Notes: fmt.Sprintf("plain net/http, concurrency %d, idle pool %d; CPU per delivery: the client (%s) and the sink", c, c, benchProc)}
+	r.CPUUsPerDelivery, r.CPUUsPerDeliveryTotal = perDelivery(floorCPU, n)
+	b.floorCPU = r.CPUUsPerDeliveryTotal
+	if b.heavyCPU > 0 {
+		r.CPURatio, r.CPURatioOf = b.heavyCPU/b.floorCPU, "heavy/floor"
+	}
+	tw.record(&r)
+	return r, nil
+}
+
+// bareLoop delivers n recipients of a new event to the sink with the loop
+// of the floor: plain net/http, an idle pool as large as its c goroutines,
+// each posting until the n are done. It returns the loop's seconds and the
+// CPU each process spent meanwhile, after checking that the sink counted
+// every recipient.
+func (b *bench) bareLoop(ctx context.Context, label string, n, c int) (float64, map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	tr := &http.Transport{MaxIdleConns: c, MaxIdleConnsPerHost: c}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	eventID, url := b.id("floor"), b.st.SinkURL+"/deliver"
+	eventID, url := b.id(label), b.st.SinkURL+"/deliver"
 	var next, delivered atomic.Int64
-	stopProgress := b.progress("floor", n, func() int { return int(delivered.Load()) })
-	tw := b.startTimeWait()
+	stopProgress := b.progress(label, n, func() int { return int(delivered.Load()) })
+	defer stopProgress()
 	cpu0 := b.cpuTimes()
 	t0 := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -237,28 +265,13 @@ func (b *bench) floor(ctx context.Context) (Row, error) {
 	err := g.Wait()
 	secs := time.Since(t0).Seconds()
 	cpu := diffCPU(cpu0, b.cpuTimes())
-	tw.stop()
-	stopProgress()
 	if err != nil {
-		return Row{}, err
+		return 0, nil, err
 	}
 	if st, err := b.st.SinkClient.Event(ctx, eventID); err != nil || st.Unique != n {
-		return Row{}, fmt.Errorf("the sink counted %d of the floor's %d recipients (%v)", st.Unique, n, err)
+		return 0, nil, fmt.Errorf("%s: the sink counted %d of the loop's %d recipients (%v)", label, st.Unique, n, err)
 	}
-	// The rest of the stack idles during the floor: its CPU is in
-	// cpu_seconds, not in the floor's cost per delivery.
-	floorCPU := map[string]float64{benchProc: cpu[benchProc], "sink": cpu["sink"]}
-	rate := float64(n) / secs
-	b.floorRate = rate
-	r := Row{Size: n, Seconds: secs, DeliveriesPerSec: rate, Ratio: b.heavyRate / rate, RatioOf: "heavy/floor", CPUSeconds: roundCPU(cpu),
-		Notes: fmt.Sprintf("plain net/http, concurrency %d, idle pool %d; CPU per delivery: the client (%s) and the sink", c, c, benchProc)}
-	r.CPUUsPerDelivery, r.CPUUsPerDeliveryTotal = perDelivery(floorCPU, n)
-	b.floorCPU = r.CPUUsPerDeliveryTotal
-	if b.heavyCPU > 0 {
-		r.CPURatio, r.CPURatioOf = b.heavyCPU/b.floorCPU, "heavy/floor"
-	}
-	tw.record(&r)
-	return r, nil
+	return secs, cpu, nil
 }
 
 // floorBody is the message the heavy scenario's events carry.
