@@ -39,6 +39,11 @@ type Event struct {
 	// into DeliverAt from the Kafka record's timestamp; an event started
 	// otherwise (a Temporal Schedule's input) waits from its start.
 	Delay string `json:"delay,omitempty"`
+	// Tenant optionally names who sent the event (ValidateTenant's
+	// grammar). Events of one tenant share one fairness key on the task
+	// queues, so one sender publishing many events gets the share of one;
+	// without it every event has its own key (vocab.Fairness).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Recipient is one destination of an event's message.
@@ -199,7 +204,19 @@ type TypeOptions struct {
 	// BreakerCooldown is how long an open breaker waits before it lets one
 	// trial call through. 0: DefaultBreakerCooldown.
 	BreakerCooldown time.Duration `json:"breaker_cooldown,omitempty"`
+	// FairnessWeight is this type's events' share of a task queue against
+	// other events of the same priority, where the server dispatches fairly
+	// (Temporal task-queue fairness): an event of weight 2 gets twice the
+	// batches dispatched of an event of weight 1 while both wait. 0:
+	// DefaultFairnessWeight; at most MaxFairnessWeight.
+	FairnessWeight float64 `json:"fairness_weight,omitempty"`
 }
+
+// Bounds of TypeOptions.FairnessWeight.
+const (
+	DefaultFairnessWeight = 1.0
+	MaxFairnessWeight     = 1000.0
+)
 
 // Semantics is an event type's delivery guarantee.
 type Semantics string
@@ -290,6 +307,9 @@ func (o TypeOptions) WithDefaults() TypeOptions {
 	if o.MaxPages <= 0 {
 		o.MaxPages = DefaultMaxPages
 	}
+	if o.FairnessWeight <= 0 {
+		o.FairnessWeight = DefaultFairnessWeight
+	}
 	return o
 }
 
@@ -318,6 +338,8 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("DestinationRate: %v is negative", o.DestinationRate)
 	case o.BreakerCooldown < 0:
 		return fmt.Errorf("BreakerCooldown: %v is negative", o.BreakerCooldown)
+	case !(o.FairnessWeight >= 0 && o.FairnessWeight <= MaxFairnessWeight): // NaN too
+		return fmt.Errorf("FairnessWeight: %v outside 0..%v", o.FairnessWeight, MaxFairnessWeight)
 	case o.LocalDeliveryMax > MaxBatchSize:
 		return fmt.Errorf("LocalDeliveryMax: %d is over %d", o.LocalDeliveryMax, MaxBatchSize)
 	case o.LargeBatchSize > MaxLargeBatchSize:

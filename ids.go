@@ -16,9 +16,11 @@ import (
 //	id-char   = ALPHA / DIGIT / "-" / "_" / "." / "~" / "+" / "=" / "@" / ","
 //	type      = 1*64 type-char
 //	type-char = ALPHA / DIGIT / "-" / "_" / "."
+//	tenant    = 1*62 id-char
 const (
-	MaxIDLen   = 200
-	MaxTypeLen = 64
+	MaxIDLen     = 200
+	MaxTypeLen   = 64
+	MaxTenantLen = 62
 )
 
 const (
@@ -28,6 +30,11 @@ const (
 
 // ValidateID reports whether id follows the id grammar, naming what is wrong.
 func ValidateID(id string) error { return validateName("id", id, MaxIDLen, idChars) }
+
+// ValidateTenant reports whether an event's tenant follows the tenant
+// grammar (an id of at most MaxTenantLen bytes: with a two-byte prefix it
+// becomes a fairness key, which Temporal bounds to 64 bytes).
+func ValidateTenant(t string) error { return validateName("tenant", t, MaxTenantLen, idChars) }
 
 // ValidateType reports whether t follows the type grammar.
 func ValidateType(t string) error { return validateName("type", t, MaxTypeLen, typeChars) }

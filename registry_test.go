@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -58,6 +59,9 @@ func TestRegistryRegisterRejects(t *testing.T) {
 		{"DeliverConcurrency negative", "t", h, TypeOptions{DeliverConcurrency: -1}, []string{"DeliverConcurrency"}},
 		{"MaxAttempts negative", "t", h, TypeOptions{MaxAttempts: -1}, []string{"MaxAttempts"}},
 		{"MaxPages negative", "t", h, TypeOptions{MaxPages: -1}, []string{"MaxPages"}},
+		{"FairnessWeight negative", "t", h, TypeOptions{FairnessWeight: -1}, []string{"FairnessWeight"}},
+		{"FairnessWeight over MaxFairnessWeight", "t", h, TypeOptions{FairnessWeight: MaxFairnessWeight + 1}, []string{"FairnessWeight", "1001"}},
+		{"FairnessWeight NaN", "t", h, TypeOptions{FairnessWeight: math.NaN()}, []string{"FairnessWeight", "NaN"}},
 		{"MaxRecipients negative", "t", h, TypeOptions{MaxRecipients: -1}, []string{"MaxRecipients"}},
 	}
 	for _, c := range cases {
@@ -113,6 +117,7 @@ func TestRegistryLookup(t *testing.T) {
 		DeliverTimeout:     time.Minute,
 		MaxPages:           40,
 		MaxRecipients:      1_000_000,
+		FairnessWeight:     2.5,
 	}
 	r.MustRegister("defaults", registryTestHandler{"defaults"}, TypeOptions{})
 	r.MustRegister("custom", registryTestHandler{"custom"}, custom)
@@ -132,6 +137,7 @@ func TestRegistryLookup(t *testing.T) {
 			MaxAttempts:        DefaultMaxAttempts,
 			DeliverTimeout:     DefaultDeliverTimeout,
 			MaxPages:           DefaultMaxPages,
+			FairnessWeight:     DefaultFairnessWeight,
 		}},
 		{"custom", true, custom},
 		// PageSize defaults to 10 batches of the type's own BatchSize.
@@ -144,6 +150,7 @@ func TestRegistryLookup(t *testing.T) {
 			MaxAttempts:        DefaultMaxAttempts,
 			DeliverTimeout:     DefaultDeliverTimeout,
 			MaxPages:           DefaultMaxPages,
+			FairnessWeight:     DefaultFairnessWeight,
 		}},
 		{"missing", false, TypeOptions{}},
 	}

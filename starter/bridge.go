@@ -263,7 +263,10 @@ func StartOptions(ev fanout.Event) client.StartWorkflowOptions {
 		// a handle to the old run, so the bridge can count the duplicate.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
-		StaticSummary:                            fmt.Sprintf("%s event %s (priority %s%s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default"), summary),
+		// The event's workflow tasks dispatch fairly against other events'
+		// on the events queue; its activities inherit the key.
+		Priority:      vocab.Fairness(ev, 0),
+		StaticSummary: fmt.Sprintf("%s event %s (priority %s%s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default"), summary),
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // Envelope is the JSON form of an event on the events topic: fanout.Event's
 // own encoding,
 //
-//	{"id": "order-42", "type": "webhook", "priority": "high", "payload": {...}, "headers": {...}}
+//	{"id": "order-42", "type": "webhook", "priority": "high", "tenant": "acme", "payload": {...}, "headers": {...}}
 //
 // with, for a scheduled event, "deliver_at": "2026-12-24T09:00:00Z" (RFC
 // 3339) or "delay": "90s" (a Go duration from the record's timestamp).
@@ -45,6 +45,7 @@ const (
 	ReasonPayloadTooLarge = "payload_too_large"
 	ReasonInvalidID       = "invalid_id"
 	ReasonInvalidHeaders  = "invalid_headers"
+	ReasonInvalidTenant   = "invalid_tenant"
 	// ReasonStartRejected: Temporal refused the workflow start for good
 	// (an InvalidArgument, e.g. a payload over the cluster's blob size
 	// limit); after fixing the cause, redrive-events -reason start_rejected.
@@ -143,6 +144,9 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 	}
 	if env.Priority != "" && !env.Priority.Valid() {
 		return fanout.Event{}, invalid(ReasonUnknownPriority, "priority %q is not one of high, normal, low", clip(string(env.Priority), maxEchoBytes))
+	}
+	if env.Tenant != "" && fanout.ValidateTenant(env.Tenant) != nil {
+		return fanout.Event{}, invalid(ReasonInvalidTenant, "%v", fanout.ValidateTenant(env.Tenant))
 	}
 	size := len(env.Payload)
 	if len(env.Headers) > MaxHeaders {

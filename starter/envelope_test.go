@@ -58,6 +58,9 @@ func TestParseInvalid(t *testing.T) {
 		{"id with the attempt separator", `{"id":"a#0","type":"webhook"}`, ReasonInvalidID},
 		{"id with a bidi override", `{"id":"a\u202eb","type":"webhook"}`, ReasonInvalidID},
 		{"id with a space", `{"id":"a b","type":"webhook"}`, ReasonInvalidID},
+		{"tenant with a slash", `{"id":"a","type":"webhook","tenant":"acme/eu"}`, ReasonInvalidTenant},
+		{"tenant over 62 bytes", `{"id":"a","type":"webhook","tenant":"` + strings.Repeat("t", 63) + `"}`, ReasonInvalidTenant},
+		{"tenant with a control byte", `{"id":"a","type":"webhook","tenant":"a\u0001"}`, ReasonInvalidTenant},
 
 		{"no type", `{"id":"a"}`, ReasonMissingType},
 		{"empty type", `{"id":"a","type":""}`, ReasonMissingType},

@@ -266,6 +266,7 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 				ID:                       wid,
 				TaskQueue:                vocab.DeliveryTaskQueue(prio),
 				WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+				Priority:                 vocab.Fairness(d.Event, 0),
 				StaticSummary:            fmt.Sprintf("redrive of %d dead letters of %s event %s", len(chunk), d.EventType, d.EventID),
 			}, workflows.DeliveryBatch, workflows.DeliveryBatchInput{DeliverBatchInput: activities.DeliverBatchInput{
 				Event: d.Event, Priority: prio, AttemptID: d.AttemptID, Recipients: chunk, Message: d.Message,

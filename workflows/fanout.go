@@ -542,6 +542,9 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		WorkflowRunTimeout:    24 * time.Hour,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		// The batch and its activity dispatch fairly against other events'
+		// on the delivery queue (the activity inherits it).
+		Priority: vocab.Fairness(r.in.Event, opts.FairnessWeight),
 	})
 	bin := r.batchInput(n, recips, ref)
 	bin.Rate, bin.PaceFrom = pace.share, pace.from

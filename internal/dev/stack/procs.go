@@ -299,6 +299,12 @@ func temporalArgs(port, uiPort, metricsPort int, dbFile string, stock bool) []st
 	args = append(args,
 		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
+	// Task-queue fairness (off by default on self-hosted servers): each
+	// event's workflow tasks and batches carry a fairness key
+	// (vocab.Fairness), and the server dispatches the keys of a queue
+	// round-robin, so a small event is not queued behind a big one's
+	// batches. Production servers set the same dynamic config (docs/deploy.md).
+	args = append(args, "--dynamic-config-value", "matching.enableFairness=true")
 	// start-dev re-reads the search attributes from the database on every
 	// read (several times per workflow start and visibility write) so
 	// that ones added while it runs show at once; a production server

@@ -114,6 +114,7 @@ func main() {
 	separateBridge := flag.Bool("separate-bridge", false, "run the bridge as its own process (`starter bridge`, ordinary starts) instead of inside the events worker (FANOUT_BRIDGE=true, eager starts)")
 	secure := flag.Bool("secure", false, "run with payload encryption (a generated AES-256-GCM key for Temporal payloads, staged batches and dead letters) and Standard Webhooks signing on, to measure what they cost against a run without")
 	temporalEnv := flag.String("temporal-env", "", "space-separated KEY=VALUE pairs added to the dev server's environment, after the stack's tuned runtime setting (stack.TemporalRuntimeEnv), e.g. \"GOMAXPROCS=2\": for experiments")
+	temporalFlags := flag.String("temporal-flags", "", "space-separated flags added to the tuned dev server's, after the stack's own, e.g. \"--dynamic-config-value matching.enableFairness=false\": for experiments")
 	niceLow := flag.Int("nice-low", 19, "niceness of the low-priority delivery worker (0: same CPU priority as everything else)")
 	flag.Parse()
 	sz := fullSizes()
@@ -133,7 +134,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rows, err := run(ctx, sz, want, *keep, *temporalEnv, *niceLow, *separateBridge, *secure, os.Stdout)
+	rows, err := run(ctx, sz, want, *keep, *temporalEnv, *temporalFlags, *niceLow, *separateBridge, *secure, os.Stdout)
 	printTable(os.Stdout, rows)
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rows, "", "  ")
@@ -147,13 +148,13 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, sz sizes, want []string, dir, temporalEnv string, nice int, separateBridge, secure bool, out io.Writer) ([]Row, error) {
+func run(ctx context.Context, sz sizes, want []string, dir, temporalEnv, temporalFlags string, nice int, separateBridge, secure bool, out io.Writer) ([]Row, error) {
 	fmt.Fprintln(out, "[bench] starting the stack (temporal dev server, redis-server, kfake, sink process, workers, bridge)...")
 	// FANOUT_BENCH_ENV adds to every fanout process's environment,
 	// temporalEnv (-temporal-env) to the dev server's, after its tuned
 	// runtime setting, so that the same key overrides it.
 	opts := stack.Options{Dir: dir, Log: out, Env: strings.Fields(os.Getenv("FANOUT_BENCH_ENV")), SinkProcess: true,
-		TemporalEnv: strings.Fields(temporalEnv)}
+		TemporalEnv: strings.Fields(temporalEnv), TemporalFlags: strings.Fields(temporalFlags)}
 	if secure {
 		// Encryption everywhere (the stack's generated key reaches every
 		// process) and every delivery signed.
