@@ -84,6 +84,10 @@ type RedisConn struct {
 	// TLSCAFile: PEM certificates of a private CA trusted for rediss://
 	// instead of the system's.
 	TLSCAFile string `env:"FANOUT_REDIS_TLS_CA_FILE"`
+	// AcceptEviction lets the workers, the bridge and `starter setup`
+	// start against a Redis whose maxmemory-policy can evict fanout's keys
+	// (volatile-*, allkeys-*), which CheckEviction otherwise refuses.
+	AcceptEviction bool `env:"FANOUT_REDIS_ACCEPT_EVICTION" envDefault:"false"`
 }
 
 // Bridge configures `starter bridge`.

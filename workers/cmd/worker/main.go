@@ -123,6 +123,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	rdb, err := config.RedisClient(cfg.RedisConn)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
+	} else if err := config.CheckEviction(ctx, rdb, cfg.RedisConn, log); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
 	if err != nil {
 		return err
@@ -142,14 +152,6 @@ func run() error {
 	}
 	defer dlw.Close()
 
-	rdb, err := config.RedisClient(cfg.RedisConn)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.Bridge {
 		bc, err := bcfg.StarterConfig(rdb, log, reg.Types())
