@@ -28,6 +28,7 @@ import (
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/activities/limits"
+	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
@@ -182,7 +183,9 @@ type Worker struct {
 	LowPrioritySlots int    `env:"FANOUT_BATCH_SLOTS_LOW"`
 	Dedup            bool   `env:"FANOUT_DEDUP" envDefault:"true"`
 	LogLevel         string `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
-	// PprofAddr serves net/http/pprof (e.g. 127.0.0.1:6060) when set.
+	// PprofAddr serves net/http/pprof (e.g. 127.0.0.1:6060) when set: a
+	// loopback address only (profiles show memory, command lines and
+	// timings; reach them with kubectl port-forward or ssh).
 	PprofAddr string `env:"FANOUT_PPROF_ADDR"`
 	// MetricsAddr serves Prometheus metrics at http://<addr>/metrics when
 	// set (production: :9464); empty serves none.
@@ -329,6 +332,9 @@ func (w *Worker) Validate() error {
 	}
 	if w.Semantics == fanout.AtMostOnce && !w.Dedup {
 		return fmt.Errorf("FANOUT_SEMANTICS: %s needs the gate; FANOUT_DEDUP is false", w.Semantics)
+	}
+	if w.PprofAddr != "" && !codecserver.IsLoopback(w.PprofAddr) {
+		return fmt.Errorf("FANOUT_PPROF_ADDR: %q is not a loopback host:port (127.0.0.1:6060, [::1]:6060 or localhost:6060); profiles are for this machine only", w.PprofAddr)
 	}
 	if w.MaxAttempts < 1 {
 		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", w.MaxAttempts)

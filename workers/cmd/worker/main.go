@@ -9,8 +9,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
-	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -102,7 +100,7 @@ func run() error {
 	}
 	if cfg.PprofAddr != "" {
 		go func() {
-			log.Info("pprof", "addr", cfg.PprofAddr, "err", http.ListenAndServe(cfg.PprofAddr, nil))
+			log.Info("pprof", "addr", cfg.PprofAddr, "err", pprofServer(cfg.PprofAddr).ListenAndServe())
 		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
