@@ -50,22 +50,17 @@ func (c *Config) Validate() error {
 }
 
 // Hosts are HostsAllowed without surrounding white space.
-func (c *Config) Hosts() []string {
-	var out []string
-	for _, h := range c.HostsAllowed {
-		if h = strings.TrimSpace(h); h != "" {
-			out = append(out, h)
-		}
-	}
-	return out
-}
+func (c *Config) Hosts() []string { return trimmed(c.HostsAllowed) }
 
 // Origins are CORSOrigins without surrounding white space.
-func (c *Config) Origins() []string {
+func (c *Config) Origins() []string { return trimmed(c.CORSOrigins) }
+
+// trimmed is ss without surrounding white space and without empty items.
+func trimmed(ss []string) []string {
 	var out []string
-	for _, o := range c.CORSOrigins {
-		if o = strings.TrimSpace(o); o != "" {
-			out = append(out, o)
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
 		}
 	}
 	return out
