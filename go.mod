@@ -3,6 +3,7 @@ module github.com/fanout/fanout
 go 1.26.4
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/chromedp/chromedp v0.23.0
 	github.com/go-redis/redis_rate/v10 v10.0.1

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,13 +98,12 @@ type Stats struct {
 
 // Bridge consumes events and starts Fanout workflows.
 type Bridge struct {
-	cfg    Config
-	tc     client.Client
-	reader *kafka.Reader
-	dlq    *kafka.Writer
-	log    *slog.Logger
-	inst   instruments
-	Stats  Stats
+	cfg   Config
+	tc    client.Client
+	dlq   *kafka.Writer
+	log   *slog.Logger
+	inst  instruments
+	Stats Stats
 }
 
 // New builds a bridge; Run starts consuming.
@@ -114,34 +112,28 @@ func New(cfg Config, tc client.Client) *Bridge {
 	if log == nil {
 		log = slog.Default()
 	}
-	rc := kafka.ReaderConfig{
-		Topic:          cfg.Topic,
-		GroupID:        cfg.GroupID,
-		MinBytes:       1,
-		MaxBytes:       10 << 20,
-		MaxWait:        250 * time.Millisecond,
-		CommitInterval: cfg.CommitInterval,
-		StartOffset:    kafka.FirstOffset,
-	}
 	return &Bridge{
-		cfg:    cfg,
-		tc:     tc,
-		reader: kafkatopic.NewReader(cfg.Kafka, rc),
-		dlq:    kafkatopic.NewWriter(cfg.Kafka, cfg.DLQTopic),
-		log:    log,
-		inst:   newInstruments(cfg.TracerProvider, cfg.MeterProvider),
+		cfg:  cfg,
+		tc:   tc,
+		dlq:  kafkatopic.NewWriter(cfg.Kafka, cfg.DLQTopic),
+		log:  log,
+		inst: newInstruments(cfg.TracerProvider, cfg.MeterProvider),
 	}
 }
 
 // Run consumes until ctx is canceled, then finishes the records in hand,
-// commits them and returns. Each partition is processed in order by its own
-// goroutine, partitions concurrently. It logs when it starts and, with its
-// counts, when it stops.
+// commits them and returns. The bridge is a member of the consumer group;
+// each partition assigned to it has its own lane: its own reader (with its
+// own bounded fetch queue) and one goroutine that handles its records in
+// order and commits them. A partition whose records cannot be handled yet
+// (Temporal hanging on its starts, the DLQ refusing its dead letters) so
+// holds only its own fetches; the other partitions go on. It logs when it
+// starts and, with its counts, when it stops.
 func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info("bridge consuming", "brokers", b.cfg.Kafka.Brokers, "kafka_security", b.cfg.Kafka.Security(), "topic", b.cfg.Topic, "group", b.cfg.GroupID,
 		"types", b.cfg.Validator.Types, "eager", b.cfg.Eager)
-	// kafka-go's reader retries a refused connection quietly: say it once
-	// here (a wrong CA or password), then consume, retrying as before.
+	// kafka-go retries a refused connection quietly: say it once here (a
+	// wrong CA or password), then consume, retrying as before.
 	if err := b.cfg.Kafka.Check(ctx); err != nil && ctx.Err() == nil {
 		b.log.Error("cannot connect to Kafka as configured (FANOUT_KAFKA_*); the bridge keeps retrying", "err", err)
 	}
@@ -149,54 +141,114 @@ func (b *Bridge) Run(ctx context.Context) error {
 		b.log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
 	}()
 	defer b.dlq.Close()
-	defer b.reader.Close()
+	group, err := kafkatopic.NewConsumerGroup(b.cfg.Kafka, kafka.ConsumerGroupConfig{
+		ID: b.cfg.GroupID, Topics: []string{b.cfg.Topic}, StartOffset: kafka.FirstOffset,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer group: %w", err)
+	}
+	// Closing the group ends the generation, which waits for its lanes to
+	// finish their records in hand and commit them.
+	defer group.Close()
 	// work outlives ctx so records in hand are finished, not half-done.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-
-	var wg sync.WaitGroup
-	lanes := map[int]chan kafka.Message{}
-	defer func() {
-		for _, ch := range lanes {
-			close(ch)
-		}
-		wg.Wait()
-	}()
 	for {
-		m, err := b.reader.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("fetch: %w", err)
-		}
-		ch, ok := lanes[m.Partition]
-		if !ok {
-			ch = make(chan kafka.Message, 256)
-			lanes[m.Partition] = ch
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for m := range ch {
-					if ctx.Err() != nil {
-						continue // left uncommitted: redelivered later
-					}
-					b.handle(ctx, work, m)
-				}
-			}()
-		}
-		select {
-		case ch <- m:
-		case <-ctx.Done():
+		gen, err := group.Next(ctx)
+		switch {
+		case ctx.Err() != nil, errors.Is(err, kafka.ErrGroupClosed):
 			return nil
+		case err != nil:
+			// kafka-go backs off before it tries to join again.
+			b.log.Warn("cannot join the consumer group yet; retrying", "group", b.cfg.GroupID, "err", err)
+			continue
+		}
+		for _, a := range gen.Assignments[b.cfg.Topic] {
+			gen.Start(func(gctx context.Context) { b.lane(ctx, gctx, work, gen, a) })
 		}
 	}
 }
 
-// handle processes one record and commits it. It retries the Temporal start
-// and the DLQ write until they succeed or ctx (the consumer's) is canceled;
-// on cancel the record is left uncommitted, to be redelivered.
-func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
+// lane reads partition a from the offset its generation assigned and
+// handles its records in order, committing as it goes. It returns when ctx
+// (the bridge's) or gctx (the generation's: a rebalance) ends, after the
+// record in hand, which is committed if it was handled; a record not
+// handled yet is left uncommitted, to be redelivered.
+func (b *Bridge) lane(ctx, gctx, work context.Context, gen *kafka.Generation, a kafka.PartitionAssignment) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(gctx, cancel)()
+	r := kafkatopic.NewReader(b.cfg.Kafka, kafka.ReaderConfig{
+		Topic: b.cfg.Topic, Partition: a.ID, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
+	})
+	defer r.Close()
+	if err := r.SetOffset(a.Offset); err != nil {
+		b.log.Error("cannot read the partition; rejoining the group", "partition", a.ID, "err", err)
+		return
+	}
+	c := laneCommits{b: b, gen: gen, partition: a.ID, next: -1}
+	defer c.flush()
+	for {
+		fctx, stop := lctx, context.CancelFunc(func() {})
+		if c.next >= 0 {
+			// A commit is pending: wait for the next record no longer
+			// than the commit interval.
+			fctx, stop = context.WithTimeout(lctx, b.cfg.CommitInterval)
+		}
+		m, err := r.FetchMessage(fctx)
+		stop()
+		switch {
+		case lctx.Err() != nil:
+			return
+		case errors.Is(err, context.DeadlineExceeded):
+			c.flush()
+			continue
+		case err != nil:
+			b.log.Error("fetch failed; rejoining the group", "partition", a.ID, "err", err)
+			return
+		}
+		if !b.handle(lctx, work, m) {
+			return
+		}
+		c.handled(m)
+	}
+}
+
+// laneCommits commits a lane's handled records: each at once with no
+// CommitInterval, else at most once per interval and when the lane ends.
+type laneCommits struct {
+	b         *Bridge
+	gen       *kafka.Generation
+	partition int
+	next      int64 // the offset after the last handled record; -1: nothing to commit
+	last      time.Time
+}
+
+func (c *laneCommits) handled(m kafka.Message) {
+	c.next = m.Offset + 1
+	if c.b.cfg.CommitInterval <= 0 || time.Since(c.last) >= c.b.cfg.CommitInterval {
+		c.flush()
+	}
+}
+
+func (c *laneCommits) flush() {
+	if c.next < 0 {
+		return
+	}
+	if err := c.gen.CommitOffsets(map[string]map[int]int64{c.b.cfg.Topic: {c.partition: c.next}}); err != nil {
+		// The records were handled; if the commit is lost (a rebalance
+		// moved the partition), their redelivery is recognised as a
+		// duplicate.
+		c.b.log.Warn("commit failed", "partition", c.partition, "offset", c.next-1, "err", err)
+	}
+	c.next, c.last = -1, time.Now()
+}
+
+// handle processes one record. It retries the Temporal start and the DLQ
+// write until they succeed or ctx (the lane's) is canceled; it reports
+// whether the record was handled (on cancel it was not, and is left
+// uncommitted, to be redelivered).
+func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) bool {
 	work, span := b.startSpan(work, m)
 	defer span.End()
 	ev, perr := b.cfg.Validator.Parse(m)
@@ -217,7 +269,7 @@ func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
 			}
 		}
 		if err == nil {
-			break
+			return true
 		}
 		span.RecordError(err)
 		d := backoff.Default.Delay(attempt, 0, nil)
@@ -226,13 +278,8 @@ func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) {
 		case <-time.After(d):
 		case <-ctx.Done():
 			span.SetStatus(codes.Error, "stopped before the record was handled")
-			return
+			return false
 		}
-	}
-	if err := b.reader.CommitMessages(work, m); err != nil {
-		// The record was handled; if the commit is lost (a rebalance moved
-		// the partition), its redelivery is recognised as a duplicate.
-		b.log.Warn("commit failed", "partition", m.Partition, "offset", m.Offset, "err", err)
 	}
 }
 

@@ -79,7 +79,6 @@ func TestRecordSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	b := New(Config{Kafka: KafkaConn{Brokers: []string{"127.0.0.1:1"}}, Topic: "ev", GroupID: "g", DLQTopic: "dlq", TracerProvider: tp}, nil)
-	defer b.reader.Close()
 	defer b.dlq.Close()
 	m := kafka.Message{Topic: "ev", Partition: 2, Offset: 7, Key: []byte("e1"),
 		Headers: []kafka.Header{{Key: "traceparent", Value: []byte(testTP)}}}

@@ -22,7 +22,11 @@
 //
 // Running without a token is an explicit opt-out (InsecureNoAuth), which
 // Listen accepts only on a loopback address: the dev server's UI has no
-// login, so it has no access token to pass (see the README).
+// login, so it has no access token to pass (see the README). Such a server
+// answers only requests whose Host header is a loopback name or address or
+// one of AllowedHosts (403 otherwise): a page whose DNS name an attacker
+// rebinds to 127.0.0.1 is same-origin with it for the browser, but sends
+// its own name as the Host.
 package codecserver
 
 import (
@@ -36,7 +40,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,8 +68,12 @@ type Options struct {
 	// them. Empty is refused unless InsecureNoAuth.
 	Tokens []string
 	// InsecureNoAuth serves every caller without a token. Listen accepts it
-	// only on a loopback address.
+	// only on a loopback address, and the server then answers only requests
+	// for a loopback host or one of AllowedHosts.
 	InsecureNoAuth bool
+	// AllowedHosts are host names (no port) an InsecureNoAuth server
+	// answers for besides localhost, 127.0.0.0/8 and ::1.
+	AllowedHosts []string
 	// AllowedOrigins are the exact origins (scheme://host[:port], e.g.
 	// http://localhost:8233) whose pages may call the server from a
 	// browser: the Temporal UI's.
@@ -76,6 +86,7 @@ type Options struct {
 
 type handler struct {
 	next    http.Handler
+	hosts   []string
 	tokens  [][sha256.Size]byte
 	noAuth  bool
 	origins []string
@@ -103,6 +114,12 @@ func New(o Options) (http.Handler, error) {
 		// token's length too.
 		h.tokens = append(h.tokens, sha256.Sum256([]byte(t)))
 	}
+	for _, host := range o.AllowedHosts {
+		if err := ValidateHost(host); err != nil {
+			return nil, err
+		}
+		h.hosts = append(h.hosts, host)
+	}
 	for _, origin := range o.AllowedOrigins {
 		if err := ValidateOrigin(origin); err != nil {
 			return nil, err
@@ -129,7 +146,43 @@ func ValidateOrigin(origin string) error {
 	return nil
 }
 
+// hostName is a host name or address: labels of letters, digits and
+// hyphens.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$`)
+
+// ValidateHost checks that host is a host name or an IP address, without
+// a port or anything else.
+func ValidateHost(host string) error {
+	if _, err := netip.ParseAddr(host); err == nil || hostName.MatchString(host) {
+		return nil
+	}
+	return fmt.Errorf("codecserver: %q is not a host name or address (no scheme, no port)", host)
+}
+
+// hostAllowed reports whether a request's Host (host[:port]) names this
+// server as a loopback client would, or as configured.
+func (h *handler) hostAllowed(hostport string) bool {
+	host := hostport
+	if hh, _, err := net.SplitHostPort(hostport); err == nil {
+		host = hh
+	}
+	host = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap().IsLoopback()
+	}
+	return slices.ContainsFunc(h.hosts, func(a string) bool { return strings.EqualFold(a, host) })
+}
+
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.noAuth && !h.hostAllowed(r.Host) {
+		h.log.Warn("codec server: refused a request for a host that is not loopback nor in FANOUT_CODEC_HOSTS (DNS rebinding?)",
+			"remote", r.RemoteAddr, "host", clip(r.Host, 256))
+		http.Error(w, "Host not allowed", http.StatusForbidden)
+		return
+	}
 	origin := r.Header.Get("Origin")
 	allowed := origin != "" && slices.Contains(h.origins, origin)
 	if allowed {
@@ -278,3 +331,11 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx
 
 // Close stops the server at once.
 func (s *Server) Close() error { return s.srv.Close() }
+
+// clip is s cut to at most n bytes, for logs.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -384,5 +385,55 @@ func TestConfig(t *testing.T) {
 	}
 	if err := (&Config{Token: "a-token-with a-space-in-it"}).Validate(); err == nil || strings.Contains(err.Error(), "a-space") {
 		t.Errorf("white space: %v", err)
+	}
+}
+
+// TestInsecureNoAuthChecksTheHost: without a token the server answers only
+// requests whose Host is a loopback name or address, or a host the
+// operator configured, so a page on a rebound DNS name (evil.example
+// resolving to 127.0.0.1) cannot read decrypted payloads; with a token the
+// Host is not checked (the rebound page has no token).
+func TestInsecureNoAuthChecksTheHost(t *testing.T) {
+	codecs := []converter.PayloadCodec{testCodec{}}
+	s, err := Listen("127.0.0.1:0", Options{Codecs: codecs, InsecureNoAuth: true, AllowedHosts: []string{"codec.dev.internal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	_, port, _ := net.SplitHostPort(s.Addr().String())
+	postTo := func(url, host, auth string) int {
+		req, err := http.NewRequest(http.MethodPost, url+"/decode", bytes.NewReader(body(t, encrypted(t, "marker-abc"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	post := func(host string) int { return postTo(s.URL(), host, "") }
+	for _, h := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "[::1]:" + port, "127.0.0.2", "codec.dev.internal:" + port} {
+		if code := post(h); code != http.StatusOK {
+			t.Errorf("Host %q: %d, want 200", h, code)
+		}
+	}
+	for _, h := range []string{"evil.example:" + port, "evil.example", "localhost.evil.example", "10.0.0.1:" + port, "127.0.0.1.nip.io"} {
+		if code := post(h); code != http.StatusForbidden {
+			t.Errorf("Host %q: %d, want 403", h, code)
+		}
+	}
+	srv := newServer(t, Options{})
+	if code := postTo(srv.URL, "evil.example", "Bearer "+token); code != http.StatusOK {
+		t.Errorf("with a token, Host evil.example: %d, want 200", code)
+	}
+	if err := (&Config{HostsAllowed: []string{"codec.example:8234"}}).Validate(); err == nil || !strings.Contains(err.Error(), "FANOUT_CODEC_HOSTS") {
+		t.Errorf("a host with a port accepted: %v", err)
 	}
 }

@@ -19,7 +19,12 @@ type Config struct {
 	// CORSOrigins are the origins of the Temporal UI that may call the
 	// server from a browser, e.g. https://temporal.example.com.
 	CORSOrigins []string `env:"FANOUT_CODEC_CORS_ORIGINS" envSeparator:","`
-	LogLevel    string   `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+	// HostsAllowed are the host names (no port) a server without a token
+	// (-insecure-no-auth) answers for besides loopback ones (localhost,
+	// 127.0.0.0/8, ::1): any other Host header is refused, so a page on a
+	// DNS name rebound to 127.0.0.1 cannot read decrypted payloads.
+	HostsAllowed []string `env:"FANOUT_CODEC_HOSTS" envSeparator:","`
+	LogLevel     string   `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
 }
 
 // maxTokenFileBytes bounds the token file: a token file is small.
@@ -36,15 +41,26 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("FANOUT_CODEC_CORS_ORIGINS: %w", err)
 		}
 	}
+	for _, h := range c.Hosts() {
+		if err := ValidateHost(h); err != nil {
+			return fmt.Errorf("FANOUT_CODEC_HOSTS: %w", err)
+		}
+	}
 	return nil
 }
 
+// Hosts are HostsAllowed without surrounding white space.
+func (c *Config) Hosts() []string { return trimmed(c.HostsAllowed) }
+
 // Origins are CORSOrigins without surrounding white space.
-func (c *Config) Origins() []string {
+func (c *Config) Origins() []string { return trimmed(c.CORSOrigins) }
+
+// trimmed is ss without surrounding white space and without empty items.
+func trimmed(ss []string) []string {
 	var out []string
-	for _, o := range c.CORSOrigins {
-		if o = strings.TrimSpace(o); o != "" {
-			out = append(out, o)
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
 		}
 	}
 	return out

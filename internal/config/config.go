@@ -28,6 +28,7 @@ import (
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/activities/limits"
+	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
@@ -84,6 +85,10 @@ type RedisConn struct {
 	// TLSCAFile: PEM certificates of a private CA trusted for rediss://
 	// instead of the system's.
 	TLSCAFile string `env:"FANOUT_REDIS_TLS_CA_FILE"`
+	// AcceptEviction lets the workers, the bridge and `starter setup`
+	// start against a Redis whose maxmemory-policy can evict fanout's keys
+	// (volatile-*, allkeys-*), which CheckEviction otherwise refuses.
+	AcceptEviction bool `env:"FANOUT_REDIS_ACCEPT_EVICTION" envDefault:"false"`
 }
 
 // Bridge configures `starter bridge`.
@@ -178,7 +183,9 @@ type Worker struct {
 	LowPrioritySlots int    `env:"FANOUT_BATCH_SLOTS_LOW"`
 	Dedup            bool   `env:"FANOUT_DEDUP" envDefault:"true"`
 	LogLevel         string `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
-	// PprofAddr serves net/http/pprof (e.g. 127.0.0.1:6060) when set.
+	// PprofAddr serves net/http/pprof (e.g. 127.0.0.1:6060) when set: a
+	// loopback address only (profiles show memory, command lines and
+	// timings; reach them with kubectl port-forward or ssh).
 	PprofAddr string `env:"FANOUT_PPROF_ADDR"`
 	// MetricsAddr serves Prometheus metrics at http://<addr>/metrics when
 	// set (production: :9464); empty serves none.
@@ -325,6 +332,9 @@ func (w *Worker) Validate() error {
 	}
 	if w.Semantics == fanout.AtMostOnce && !w.Dedup {
 		return fmt.Errorf("FANOUT_SEMANTICS: %s needs the gate; FANOUT_DEDUP is false", w.Semantics)
+	}
+	if w.PprofAddr != "" && !codecserver.IsLoopback(w.PprofAddr) {
+		return fmt.Errorf("FANOUT_PPROF_ADDR: %q is not a loopback host:port (127.0.0.1:6060, [::1]:6060 or localhost:6060); profiles are for this machine only", w.PprofAddr)
 	}
 	if w.MaxAttempts < 1 {
 		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", w.MaxAttempts)

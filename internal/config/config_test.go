@@ -254,6 +254,10 @@ func TestLoadBadValues(t *testing.T) {
 		{"at-most-once without the gate", worker, map[string]string{"FANOUT_SEMANTICS": "at-most-once", "FANOUT_DEDUP": "false"}, "FANOUT_SEMANTICS"},
 		{"low-priority brake not a rate", worker, map[string]string{"FANOUT_LOW_PRIORITY_BRAKE": "fast"}, "FANOUT_LOW_PRIORITY_BRAKE"},
 		{"low-priority brake negative", worker, map[string]string{"FANOUT_LOW_PRIORITY_BRAKE": "-5/s"}, "FANOUT_LOW_PRIORITY_BRAKE"},
+		{"pprof on every interface", worker, map[string]string{"FANOUT_PPROF_ADDR": ":6060"}, "FANOUT_PPROF_ADDR"},
+		{"pprof on a routable address", worker, map[string]string{"FANOUT_PPROF_ADDR": "0.0.0.0:6060"}, "FANOUT_PPROF_ADDR"},
+		{"pprof on a host name", worker, map[string]string{"FANOUT_PPROF_ADDR": "pprof.example:6060"}, "FANOUT_PPROF_ADDR"},
+		{"pprof without a port", worker, map[string]string{"FANOUT_PPROF_ADDR": "127.0.0.1"}, "FANOUT_PPROF_ADDR"},
 	}
 	runBadValues(t, cases)
 }

@@ -1,14 +1,17 @@
 package config
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -293,4 +296,77 @@ func redactURL(raw string) string {
 func shownURL(raw string) string {
 	s, _, _ := strings.Cut(redactURL(raw), "?")
 	return s
+}
+
+// evicts reports whether a maxmemory-policy may evict keys: every policy
+// but noeviction (volatile-* evicts the keys that have a TTL, which are all
+// of fanout's; allkeys-* any key).
+func evicts(policy string) bool {
+	return strings.HasPrefix(policy, "volatile-") || strings.HasPrefix(policy, "allkeys-")
+}
+
+// CheckEviction reads the maxmemory-policy of the Redis rdb reaches (each
+// master of a cluster) and refuses, naming FANOUT_REDIS_ACCEPT_EVICTION, a
+// policy that can evict fanout's keys: the attempt-id gate and delivered
+// marks (duplicates), the at-most-once sending marks (a second call) and
+// the event record (a replayed event fanned out again) live there, and
+// Redis under memory pressure would drop them silently. With
+// c.AcceptEviction such a policy is only logged. A policy that cannot be
+// read (CONFIG and INFO both refused, or Redis not reachable yet) is
+// logged and start-up goes on.
+func CheckEviction(ctx context.Context, rdb redis.UniversalClient, c RedisConn, log *slog.Logger) error {
+	policies := map[string]string{}
+	var mu sync.Mutex
+	read := func(ctx context.Context, n *redis.Client) error {
+		p, err := maxmemoryPolicy(ctx, n)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Options().Addr, err)
+		}
+		mu.Lock()
+		policies[n.Options().Addr] = p
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, read)
+	} else if n, ok := rdb.(*redis.Client); ok {
+		err = read(ctx, n)
+	} else {
+		err = fmt.Errorf("client %T", rdb)
+	}
+	if err != nil {
+		log.Warn("cannot read Redis's maxmemory-policy; make sure it is noeviction, or fanout's dedup gate, at-most-once marks and event record may be evicted", "err", err)
+		return nil
+	}
+	for addr, p := range policies {
+		if !evicts(p) {
+			continue
+		}
+		if c.AcceptEviction {
+			log.Warn("Redis may evict fanout's keys (accepted by FANOUT_REDIS_ACCEPT_EVICTION): an evicted key can mean a duplicate delivery, a second at-most-once call or a replayed event fanned out again", "redis", addr, "maxmemory_policy", p)
+			continue
+		}
+		return fmt.Errorf("FANOUT_REDIS_ACCEPT_EVICTION: Redis %s has maxmemory-policy %s, which can evict fanout's dedup gate, at-most-once marks and event record (duplicate deliveries, second at-most-once calls, replayed events fanned out again); set maxmemory-policy noeviction, or set FANOUT_REDIS_ACCEPT_EVICTION=true to accept that", addr, p)
+	}
+	return nil
+}
+
+// maxmemoryPolicy is the server's maxmemory-policy: from CONFIG GET, or,
+// where CONFIG is disabled or renamed (managed Redis), from INFO memory.
+func maxmemoryPolicy(ctx context.Context, n *redis.Client) (string, error) {
+	m, cerr := n.ConfigGet(ctx, "maxmemory-policy").Result()
+	if p := m["maxmemory-policy"]; cerr == nil && p != "" {
+		return p, nil
+	}
+	info, err := n.Info(ctx, "memory").Result()
+	if err != nil {
+		return "", fmt.Errorf("CONFIG GET: %v; INFO memory: %w", cerr, err)
+	}
+	for line := range strings.Lines(info) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("CONFIG GET: %v; INFO memory has no maxmemory_policy", cerr)
 }

@@ -14,7 +14,7 @@ import (
 // Conn is how fanout connects to Kafka: the bootstrap brokers and, when
 // the cluster asks for them, TLS and a SASL mechanism. Every writer, reader
 // and dial of fanout's takes one (NewWriter, NewSingleWriter, NewReader,
-// ReadAll, Dialer, Transport), so no Kafka connection can leave out the
+// NewConsumerGroup, ReadAll, Dialer, Transport), so no Kafka connection can leave out the
 // security the configuration asked for. A Conn with neither TLS nor SASL
 // is plain TCP (local development).
 type Conn struct {
@@ -74,6 +74,14 @@ func NewReader(c Conn, rc kafka.ReaderConfig) *kafka.Reader {
 	rc.Brokers = c.Brokers
 	rc.Dialer = c.Dialer()
 	return kafka.NewReader(rc)
+}
+
+// NewConsumerGroup is kafka.NewConsumerGroup for gc with c's brokers and
+// dialer (any Brokers or Dialer of gc are replaced).
+func NewConsumerGroup(c Conn, gc kafka.ConsumerGroupConfig) (*kafka.ConsumerGroup, error) {
+	gc.Brokers = c.Brokers
+	gc.Dialer = c.Dialer()
+	return kafka.NewConsumerGroup(gc)
 }
 
 // Security names how c connects, in Kafka's security.protocol words and

@@ -2,10 +2,13 @@
 // address a recipients endpoint or a recipient names is untrusted: the guard
 // checks the IP actually dialled (after DNS, at dial time, so a name that
 // resolves to an internal address or changes between check and use is caught)
-// against the ranges no delivery should reach — loopback, private, link-local
-// (the cloud metadata address 169.254.169.254 among them), CGNAT, multicast,
-// reserved, IPv6 unique-local, and the IPv4-mapped and NAT64 forms of them —
-// unless an allow-list names them.
+// against the IANA special-purpose address registries, as code.dny.dev/ssrf
+// generates them from the registries — loopback, private, link-local (the
+// cloud metadata address 169.254.169.254 among them), CGNAT, documentation,
+// benchmarking, AS112, 6to4, Teredo, reserved — plus multicast and every IPv6
+// address outside global unicast (2000::/3: unique-local, link-local, NAT64,
+// IPv4-compatible ::a.b.c.d, ...), IPv4-mapped addresses judged as the IPv4
+// address they carry, unless the operator's allow-list names them.
 package netguard
 
 import (
@@ -15,35 +18,31 @@ import (
 	"net/netip"
 	"strings"
 	"syscall"
+
+	"code.dny.dev/ssrf"
 )
 
-// Denied are the ranges refused unless allowed.
-var Denied = mustPrefixes(
-	"0.0.0.0/8",       // "this network"
-	"10.0.0.0/8",      // private
-	"100.64.0.0/10",   // CGNAT
-	"127.0.0.0/8",     // loopback
-	"169.254.0.0/16",  // link-local, cloud metadata
-	"172.16.0.0/12",   // private
-	"192.0.0.0/24",    // IETF protocol assignments
-	"192.0.2.0/24",    // documentation
-	"192.168.0.0/16",  // private
-	"198.18.0.0/15",   // benchmarking
-	"198.51.100.0/24", // documentation
-	"203.0.113.0/24",  // documentation
-	"224.0.0.0/4",     // multicast
-	"240.0.0.0/4",     // reserved, broadcast
-	"::/128",          // unspecified
-	"::1/128",         // loopback
-	"64:ff9b::/96",    // NAT64 (embeds IPv4 addresses)
-	"64:ff9b:1::/48",  // local NAT64
-	"100::/64",        // discard
-	"2001:db8::/32",   // documentation
-	"2002::/16",       // 6to4 (embeds IPv4 addresses)
-	"fc00::/7",        // unique local
-	"fe80::/10",       // link-local
-	"ff00::/8",        // multicast
-)
+// deniedBy says why ip (unmapped, no zone) is refused ("in 10.0.0.0/8"),
+// or "" when it is a public unicast address.
+func deniedBy(ip netip.Addr) string {
+	if ip.Is4() {
+		for _, d := range ssrf.IPv4DeniedPrefixes {
+			if d.Contains(ip) {
+				return "in " + d.String()
+			}
+		}
+		return ""
+	}
+	if !ssrf.IPv6GlobalUnicast.Contains(ip) {
+		return "outside IPv6 global unicast " + ssrf.IPv6GlobalUnicast.String()
+	}
+	for _, d := range ssrf.IPv6DeniedPrefixes {
+		if d.Contains(ip) {
+			return "in " + d.String()
+		}
+	}
+	return ""
+}
 
 func mustPrefixes(ss ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(ss))
@@ -56,8 +55,8 @@ func mustPrefixes(ss ...string) []netip.Prefix {
 // ErrDenied is wrapped by every refusal.
 var ErrDenied = errors.New("destination not allowed")
 
-// Policy is an allow-list of ranges that are reachable although Denied
-// holds them (a private network the recipients really live on, loopback in
+// Policy is an allow-list of ranges that are reachable although the
+// special-purpose registries hold them (a private network the recipients really live on, loopback in
 // development). The zero Policy allows only public addresses.
 type Policy struct {
 	Allow []netip.Prefix
@@ -105,10 +104,8 @@ func (p Policy) Check(ip netip.Addr) error {
 			return nil
 		}
 	}
-	for _, d := range Denied {
-		if d.Contains(ip) {
-			return fmt.Errorf("%w: %s is in %s (allow it with FANOUT_OUTBOUND_ALLOW)", ErrDenied, ip, d)
-		}
+	if d := deniedBy(ip); d != "" {
+		return fmt.Errorf("%w: %s is %s (allow it with FANOUT_OUTBOUND_ALLOW)", ErrDenied, ip, d)
 	}
 	return nil
 }

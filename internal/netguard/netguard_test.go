@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"code.dny.dev/ssrf"
 )
 
 func TestCheck(t *testing.T) {
@@ -36,6 +38,32 @@ func TestCheck(t *testing.T) {
 	}
 	if err := lb.Check(netip.MustParseAddr("169.254.169.254")); err == nil {
 		t.Error("Loopback policy allowed the metadata address")
+	}
+}
+
+// TestDeniesTheIANASpecialPurposeRanges: every range of the IANA
+// special-purpose registries (as code.dny.dev/ssrf generates them) is
+// refused, and every IPv6 address outside global unicast (2000::/3), the
+// IPv4-compatible ::a.b.c.d forms among them; the allow-list still wins.
+func TestDeniesTheIANASpecialPurposeRanges(t *testing.T) {
+	denied := []string{
+		"192.31.196.1", "192.52.193.1", "192.88.99.1", "192.175.48.1", // AS112, AMT, 6to4 relay
+		"2001::1", "2001:20::1", "2620:4f:8000::1", "3fff::1", // Teredo, ORCHIDv2, AS112, documentation
+		"::7f00:1", "::a9fe:a9fe", "::2", "4000::1", "5f00::1", // IPv4-compatible, outside 2000::/3
+	}
+	for _, s := range denied {
+		if err := (Policy{}).Check(netip.MustParseAddr(s)); !errors.Is(err, ErrDenied) {
+			t.Errorf("Check(%s) = %v, want denied", s, err)
+		}
+	}
+	p, err := Parse("192.88.99.0/24,3fff::/20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"192.88.99.7", "3fff::7"} {
+		if err := p.Check(netip.MustParseAddr(s)); err != nil {
+			t.Errorf("%s refused although allowed: %v", s, err)
+		}
 	}
 }
 
@@ -100,22 +128,41 @@ func TestControlRefusesTheDialledAddress(t *testing.T) {
 	}
 }
 
+// FuzzCheck holds Check to an oracle of its own: code.dny.dev/ssrf's
+// Guardian, built from the IANA special-purpose registries, with the same
+// allow-list, asked about the address as it is dialled (unmapped, no zone).
 func FuzzCheck(f *testing.F) {
-	for _, s := range []string{"127.0.0.1", "::ffff:169.254.169.254", "8.8.8.8", "fe80::1%eth0", "64:ff9b::7f00:1"} {
-		f.Add(s)
+	for _, s := range []string{"127.0.0.1", "::ffff:169.254.169.254", "8.8.8.8", "fe80::1%eth0", "64:ff9b::7f00:1", "::7f00:1", "2001::1"} {
+		f.Add(s, "")
 	}
-	f.Fuzz(func(t *testing.T, s string) {
+	f.Add("127.0.0.1", "127.0.0.0/8,::1")
+	f.Add("192.88.99.7", "192.88.99.0/24")
+	f.Add("3fff::7", "3fff::/20,10.0.0.0/8")
+	f.Fuzz(func(t *testing.T, s, allow string) {
 		ip, err := netip.ParseAddr(s)
 		if err != nil {
 			return
 		}
-		if (Policy{}).Check(ip) != nil {
+		p, err := Parse(allow)
+		if err != nil {
 			return
 		}
-		// Anything allowed with no allow-list is a public unicast address.
-		u := ip.Unmap()
-		if u.IsLoopback() || u.IsPrivate() || u.IsLinkLocalUnicast() || u.IsMulticast() || u.IsUnspecified() || u.IsLinkLocalMulticast() {
-			t.Fatalf("Check allowed %s", s)
+		var v4, v6 []netip.Prefix
+		for _, a := range p.Allow {
+			if a.Addr().Is4() {
+				v4 = append(v4, a)
+			} else {
+				v6 = append(v6, a)
+			}
+		}
+		g := ssrf.New(ssrf.WithAnyNetwork(), ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
+		want := g.SafeAddr(ip.Unmap().WithZone(""))
+		got := p.Check(ip)
+		if (got == nil) != (want == nil) {
+			t.Fatalf("Check(%s) with allow %q = %v; the IANA lists say %v", s, allow, got, want)
+		}
+		if got != nil && !errors.Is(got, ErrDenied) {
+			t.Fatalf("Check(%s) = %v, not ErrDenied", s, got)
 		}
 	})
 }

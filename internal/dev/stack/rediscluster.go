@@ -205,6 +205,17 @@ func StartRedisTLS(ctx context.Context, dir, certFile, keyFile, caFile string, a
 	return addr, p.Kill, nil
 }
 
+// StartRedisArgs starts a plain redis-server on a free 127.0.0.1 port,
+// without persistence, with more redis-server arguments (e.g.
+// "--maxmemory-policy", "allkeys-lru"); stop kills it.
+func StartRedisArgs(ctx context.Context, dir string, args ...string) (addr string, stop func(), err error) {
+	p, addr, err := startRedisNode(ctx, dir, "args", func(int) ([]string, error) { return args, nil })
+	if err != nil {
+		return "", nil, err
+	}
+	return addr, p.Kill, nil
+}
+
 // freeBusPort is a free port for a cluster node's bus, other than port.
 func freeBusPort(port int) (int, error) {
 	for range 10 {

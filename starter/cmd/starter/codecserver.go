@@ -52,7 +52,7 @@ for operators only, behind TLS, with a bearer token (FANOUT_CODEC_TOKEN(_FILE)).
 	}
 	srv, err := codecserver.Listen(*addr, codecserver.Options{
 		Codecs: []converter.PayloadCodec{keys.PayloadCodec()}, Tokens: tokens, InsecureNoAuth: *noAuth,
-		AllowedOrigins: cfg.Origins(), MaxBodyBytes: *maxBody, Logger: log,
+		AllowedHosts: cfg.Hosts(), AllowedOrigins: cfg.Origins(), MaxBodyBytes: *maxBody, Logger: log,
 	})
 	if err != nil {
 		return err

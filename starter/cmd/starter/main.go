@@ -164,16 +164,19 @@ func runBridge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer shutdown(tel)
-	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
 	rdb, err := config.RedisClient(cfg.RedisConn)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	if err := config.CheckEviction(ctx, rdb, cfg.RedisConn, log); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
 	bc, err := cfg.StarterConfig(rdb, log, nil)
 	if err != nil {
 		return err

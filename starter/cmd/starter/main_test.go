@@ -112,7 +112,7 @@ var subEnv = map[string][]config.EnvVar{
 	"redrive":        config.EnvVars(config.Worker{}, config.Codec{}),
 	"redrive-events": config.EnvVars(config.Kafka{}),
 	"replay":         append(config.EnvVars(config.Codec{}), config.TemporalEnv...),
-	"setup":          append(config.EnvVars(config.Codec{}), config.TemporalEnv...),
+	"setup":          append(config.EnvVars(config.Codec{}, config.RedisConn{}), config.TemporalEnv...),
 	"codec-server":   config.EnvVars(codecserver.Config{}, config.Codec{}),
 	"version":        nil,
 }

@@ -13,18 +13,22 @@ import (
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
-// runSetup registers fanout's search attributes on the namespace
-// (TEMPORAL_NAMESPACE, or -namespace) through the operator service. It is
-// idempotent: attributes already registered with the right type are kept;
-// one registered with another type is an error.
+// runSetup checks that Redis will not evict fanout's keys (its
+// maxmemory-policy, config.CheckEviction) and registers fanout's search
+// attributes on the namespace (TEMPORAL_NAMESPACE, or -namespace) through
+// the operator service. It is idempotent: attributes already registered
+// with the right type are kept; one registered with another type is an
+// error.
 func runSetup(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
 	ns := fs.String("namespace", "", "namespace to set up (default: TEMPORAL_NAMESPACE, or \"default\")")
 	h := cli.Help{Name: "starter setup", Args: "[-namespace NS]", Summary: `starter setup registers fanout's search attributes (FanoutEventType, FanoutPriority,
 FanoutStatus, FanoutFound, FanoutDelivered, FanoutFailed, FanoutScheduledFor) on the namespace
 through the operator service. It is idempotent: attributes already registered with the right type are
-kept; one registered with another type is an error.`,
-		Env: []cli.EnvGroup{cli.TemporalGroup()}}
+kept; one registered with another type is an error. First it reads Redis's maxmemory-policy (FANOUT_REDIS_*)
+and refuses one that can evict fanout's keys (volatile-*, allkeys-*) unless FANOUT_REDIS_ACCEPT_EVICTION=true:
+the dedup gate, the at-most-once marks and the event record live there.`,
+		Env: []cli.EnvGroup{cli.TemporalGroup(), {Vars: config.EnvVars(config.RedisConn{})}}}
 	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
 	}
@@ -37,6 +41,9 @@ kept; one registered with another type is an error.`,
 	}
 	if *ns == "" {
 		*ns = client.DefaultNamespace
+	}
+	if err := checkRedis(ctx); err != nil {
+		return err
 	}
 	tc, err := config.DialTemporal(ctx, config.Logger("warn"))
 	if err != nil {
@@ -57,5 +64,24 @@ kept; one registered with another type is an error.`,
 		fmt.Printf("%s  %-16s %s\n", what, o.Name, vocab.TypeName(o.Type))
 	}
 	fmt.Printf("setup: namespace %q has fanout's %d search attributes (%d added, %d already there)\n", *ns, len(outcomes), added, len(outcomes)-added)
+	return nil
+}
+
+// checkRedis reads the Redis configuration and refuses a Redis that can
+// evict fanout's keys (config.CheckEviction); one it cannot reach or read
+// is only warned about.
+func checkRedis(ctx context.Context) error {
+	var rc config.RedisConn
+	if err := config.Load(&rc); err != nil {
+		return err
+	}
+	rdb, err := config.RedisClient(rc)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer rdb.Close()
+	if err := config.CheckEviction(ctx, rdb, rc, config.Logger("warn")); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	return nil
 }

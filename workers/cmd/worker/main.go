@@ -9,8 +9,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
-	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -102,7 +100,7 @@ func run() error {
 	}
 	if cfg.PprofAddr != "" {
 		go func() {
-			log.Info("pprof", "addr", cfg.PprofAddr, "err", http.ListenAndServe(cfg.PprofAddr, nil))
+			log.Info("pprof", "addr", cfg.PprofAddr, "err", pprofServer(cfg.PprofAddr).ListenAndServe())
 		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -123,6 +121,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	rdb, err := config.RedisClient(cfg.RedisConn)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
+	} else if err := config.CheckEviction(ctx, rdb, cfg.RedisConn, log); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	tc, err := config.DialTemporal(ctx, log, tel.ClientOptions)
 	if err != nil {
 		return err
@@ -142,14 +150,6 @@ func run() error {
 	}
 	defer dlw.Close()
 
-	rdb, err := config.RedisClient(cfg.RedisConn)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
-	}
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.Bridge {
 		bc, err := bcfg.StarterConfig(rdb, log, reg.Types())
