@@ -8,8 +8,9 @@
 //
 // Payload: {"message": <any JSON>, "content_type": "...", "recipients_url": "..."};
 // every field is optional. Without "message" the whole payload is the message.
-// A payload's recipients_url is honoured only when it starts with one of the
-// handler's RecipientsURLAllow prefixes.
+// A payload's recipients_url is honoured only when an entry of the handler's
+// RecipientsURLAllow matches it (see URLPrefix: scheme, host and port equal,
+// the path under the entry's, no user information).
 //
 // Every address comes from untrusted input (the event, the recipients
 // endpoint), so the client of NewClient only connects where the address
@@ -60,8 +61,9 @@ const (
 type Handler struct {
 	// RecipientsURL is used when the payload names none.
 	RecipientsURL string
-	// RecipientsURLAllow are the URL prefixes a payload's recipients_url
-	// must start with to be used; empty refuses every payload URL.
+	// RecipientsURLAllow are where a payload's recipients_url may point
+	// (ParseURLPrefix: "https://host[:port][/path/]"; an entry it refuses
+	// matches nothing); empty refuses every payload URL.
 	RecipientsURLAllow []string
 	// Client makes the requests; use NewClient (nil: a NewClient with
 	// fanout's defaults, public addresses only).
@@ -253,25 +255,28 @@ func (h *Handler) client() *http.Client {
 	return defaultClient
 }
 
-// recipientsURL is the endpoint of an event: the payload's when allowed,
-// else the handler's.
-func (h *Handler) recipientsURL(p payload) (string, error) {
+// recipientsRequest builds the POST of body to an event's recipients
+// endpoint: the payload's recipients_url when an entry of
+// RecipientsURLAllow matches it (as parsed for the request, see
+// URLPrefix), else the handler's RecipientsURL.
+func (h *Handler) recipientsRequest(ctx context.Context, p payload, body []byte) (*http.Request, error) {
 	if p.RecipientsURL == "" {
 		if h.RecipientsURL == "" {
-			return "", fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
+			return nil, fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
 		}
-		return h.RecipientsURL, nil
+		return newRequest(ctx, h.RecipientsURL, body)
 	}
-	for _, prefix := range h.RecipientsURLAllow {
-		if prefix != "" && strings.HasPrefix(p.RecipientsURL, prefix) {
-			return p.RecipientsURL, nil
+	req, err := newRequest(ctx, p.RecipientsURL, body)
+	if err != nil {
+		return nil, fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url: %w", err)
+	}
+	for _, entry := range h.RecipientsURLAllow {
+		// An entry config would refuse matches nothing.
+		if prefix, err := ParseURLPrefix(entry); err == nil && prefix.Match(req.URL) {
+			return req, nil
 		}
 	}
-	shown := "(not a URL)"
-	if u, err := url.Parse(p.RecipientsURL); err == nil {
-		shown = Origin(u)
-	}
-	return "", fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url (%.64q...) matches no FANOUT_RECIPIENTS_URL_ALLOW prefix", shown))
+	return nil, fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url (%.64q...) matches no FANOUT_RECIPIENTS_URL_ALLOW entry", Origin(req.URL)))
 }
 
 // Origin is u's scheme, host and port: what errors, logs and spans may show
@@ -297,15 +302,11 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	url, err := h.recipientsURL(p)
-	if err != nil {
-		return fanout.Page{}, err
-	}
 	body, err := json.Marshal(RecipientsRequest{Event: ev, Cursor: cursor, Limit: limit})
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	req, err := newRequest(ctx, url, body)
+	req, err := h.recipientsRequest(ctx, p, body)
 	if err != nil {
 		return fanout.Page{}, err
 	}
