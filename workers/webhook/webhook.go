@@ -83,6 +83,12 @@ const (
 	maxRetryAfter = 24 * time.Hour
 )
 
+// ReasonRedirected starts the error of a request answered with a redirect
+// the client does not follow: a 301, 302 or 303 (which would turn the POST
+// into a GET without its body), any redirect at most once, or one past
+// maxRedirects.
+const ReasonRedirected = "redirected"
+
 // UserAgent identifies fanout's requests to recipients endpoints and
 // destinations.
 const UserAgent = "fanout-webhook/1"
@@ -123,14 +129,20 @@ func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *h
 }
 
 // checkRedirect follows at most maxRedirects redirects, to http and https
-// only (the dial of each is guarded like the first); none for an
-// at-most-once delivery (see Deliver).
+// only (the dial of each is guarded like the first), and only a 307 or 308,
+// which net/http follows with the method and body; none for an at-most-once
+// delivery (see Deliver). A 301, 302 or 303 would be followed as a GET
+// without the body, so the POST is not delivered while the GET succeeds: it
+// is not followed, and Classify fails it as redirected.
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if fanout.SemanticsOf(req.Context()) == fanout.AtMostOnce {
 		return http.ErrUseLastResponse
 	}
+	if req.Response != nil && req.Response.StatusCode != http.StatusTemporaryRedirect && req.Response.StatusCode != http.StatusPermanentRedirect {
+		return http.ErrUseLastResponse
+	}
 	if len(via) > maxRedirects {
-		return fanout.Permanent(fmt.Errorf("stopped after %d redirects", maxRedirects))
+		return fanout.Permanent(fmt.Errorf("%s: stopped after %d redirects", ReasonRedirected, maxRedirects))
 	}
 	return checkURL(req.URL)
 }
@@ -302,7 +314,7 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	body, err := json.Marshal(RecipientsRequest{Event: ev, Cursor: cursor, Limit: limit})
+	body, err := json.Marshal(RecipientsRequest{Event: withoutBaggage(ev), Cursor: cursor, Limit: limit})
 	if err != nil {
 		return fanout.Page{}, err
 	}
@@ -320,6 +332,22 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 		return fanout.Page{}, fmt.Errorf("recipients endpoint: %w", err)
 	}
 	return DecodePage(resp.Body)
+}
+
+// withoutBaggage is ev without the W3C baggage header of its record: the
+// recipients endpoint gets the trace context, not what the producer's
+// baggage may hold (a third party must not see it).
+func withoutBaggage(ev fanout.Event) fanout.Event {
+	h := make(map[string]string, len(ev.Headers))
+	for k, v := range ev.Headers {
+		if !strings.EqualFold(k, "baggage") {
+			h[k] = v
+		}
+	}
+	if len(h) != len(ev.Headers) {
+		ev.Headers = h
+	}
+	return ev
 }
 
 // DecodePage reads one recipients page of at most MaxPageBytes; a larger or
@@ -441,7 +469,7 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 	req.Header.Set(HeaderEventID, ev.ID)
 	req.Header.Set(HeaderEventType, ev.Type)
 	req.Header.Set(HeaderRecipientID, r.ID)
-	req.Header.Set(HeaderIdempotency, ev.ID+":"+r.ID)
+	req.Header.Set(HeaderIdempotency, WebhookID(ev, r)) // type, event and recipient
 	if h.Signer != nil {
 		// A fresh timestamp and signature per attempt, the same id.
 		id, ts := WebhookID(ev, r), time.Now().Unix()
@@ -455,8 +483,14 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 		// header makes it replayable, after a reused connection failed
 		// mid-request), and the client follows no redirect (checkRedirect):
 		// the destination may have acted on the first request. A 3xx is
-		// then a failure, given up at once like any other at most once.
+		// then a failure (redirected), given up at once.
 		req.GetBody = nil
+		if len(m.Body) == 0 {
+			// net/http replays a request without a body (http.NoBody) as
+			// if it had GetBody; an empty body it cannot rewind is sent
+			// as an empty chunked body instead, and never replayed.
+			req.Body = io.NopCloser(strings.NewReader(""))
+		}
 	}
 	resp, err := do(h.client(), req, spanDeliver)
 	if err != nil {
@@ -470,7 +504,8 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 
 // Classify maps an HTTP answer to fanout's error kinds: 2xx is success; 408,
 // 429 and 5xx are transient (with Retry-After honoured); other 4xx are
-// permanent.
+// permanent, and so is a 3xx the client did not follow (ReasonRedirected:
+// the address has moved; asking again gets the same answer).
 func Classify(resp *http.Response) error {
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
@@ -478,6 +513,8 @@ func Classify(resp *http.Response) error {
 	}
 	err := fmt.Errorf("HTTP %d", code)
 	switch {
+	case code >= 300 && code < 400:
+		return fanout.Permanent(fmt.Errorf("%s: %w", ReasonRedirected, err))
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusRequestTimeout || code >= 500:
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return fanout.RetryAfter(d, err)
