@@ -95,3 +95,36 @@ func TestRedirects(t *testing.T) {
 		t.Errorf("recipients endpoint answered 302: the target got %q", l)
 	}
 }
+
+// TestRecipientsRedirectStaysOnItsOrigin: the recipients endpoint is
+// trusted for its own origin only (a payload's is allowed for it alone): a
+// 307 to another origin is not followed (redirected), one on the same
+// origin is.
+func TestRecipientsRedirectStaysOnItsOrigin(t *testing.T) {
+	page := func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://x"}]}`))
+	}
+	elsewhere := newServer(t, "127.0.0.1:0", page)
+	endpoint := newServer(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away":
+			http.Redirect(w, r, elsewhere.URL+"/r", http.StatusTemporaryRedirect)
+		case "/moved":
+			http.Redirect(w, r, "/r", http.StatusPermanentRedirect)
+		default:
+			page(w, r)
+		}
+	})
+	h := &Handler{RecipientsURL: endpoint.URL + "/away", Client: NewClient(5*time.Second, 4, Loopback...)}
+	ev := fanout.Event{ID: "e1", Type: EventType}
+	if _, err := h.GetRecipients(context.Background(), ev, "", 10); err == nil || !strings.Contains(err.Error(), ReasonRedirected) {
+		t.Errorf("recipients endpoint redirected to another origin: %v, want redirected", err)
+	}
+	if n := elsewhere.hits.Load(); n != 0 {
+		t.Errorf("the other origin got %d requests", n)
+	}
+	h.RecipientsURL = endpoint.URL + "/moved"
+	if p, err := h.GetRecipients(context.Background(), ev, "", 10); err != nil || len(p.Recipients) != 1 {
+		t.Errorf("recipients endpoint redirected on its origin: %+v %v, want the page", p, err)
+	}
+}

@@ -133,7 +133,8 @@ func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *h
 // which net/http follows with the method and body; none for an at-most-once
 // delivery (see Deliver). A 301, 302 or 303 would be followed as a GET
 // without the body, so the POST is not delivered while the GET succeeds: it
-// is not followed, and Classify fails it as redirected.
+// is not followed, and Classify fails it as redirected. A recipients
+// request (ownOriginKey) follows none off its own origin.
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if fanout.SemanticsOf(req.Context()) == fanout.AtMostOnce {
 		return http.ErrUseLastResponse
@@ -141,11 +142,18 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	if req.Response != nil && req.Response.StatusCode != http.StatusTemporaryRedirect && req.Response.StatusCode != http.StatusPermanentRedirect {
 		return http.ErrUseLastResponse
 	}
+	if req.Context().Value(ownOriginKey{}) != nil && Origin(req.URL) != Origin(via[0].URL) {
+		return http.ErrUseLastResponse // a recipients endpoint is trusted for its own origin only
+	}
 	if len(via) > maxRedirects {
 		return fanout.Permanent(fmt.Errorf("%s: stopped after %d redirects", ReasonRedirected, maxRedirects))
 	}
 	return checkURL(req.URL)
 }
+
+// ownOriginKey marks the context of a request that follows redirects on
+// its own origin only (the recipients endpoint's).
+type ownOriginKey struct{}
 
 // checkURL refuses what is not an absolute http or https URL.
 func checkURL(u *url.URL) error {
@@ -318,7 +326,7 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	req, err := h.recipientsRequest(ctx, p, body)
+	req, err := h.recipientsRequest(context.WithValue(ctx, ownOriginKey{}, true), p, body)
 	if err != nil {
 		return fanout.Page{}, err
 	}
