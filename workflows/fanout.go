@@ -395,7 +395,7 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			if r.prog.Rate > 0 && len(r.laneEnds) > 0 {
 				r.st.LaneEnds, r.st.LaneShare = r.laneEnds, r.laneShare
 			}
-			workflow.GetLogger(ctx).Info("continuing as new", "cursor", r.st.Cursor, "batches", r.st.NextBatch)
+			workflow.GetLogger(ctx).Info("continuing as new", "batches", r.st.NextBatch) // not the cursor: the source's opaque state
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return FanoutResult{}, err
 			}

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -56,6 +57,8 @@ type fixture struct {
 	// Staged makes RecipientsPage stage multi-batch pages (as it does when
 	// the worker has Redis) and return batch refs instead of recipients.
 	Staged bool
+	// Logger, when set, receives the workflows' log.
+	Logger tlog.Logger
 }
 
 type outcome int
@@ -129,6 +132,9 @@ func newRecorder() *recorder {
 func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
+	if fx.Logger != nil {
+		s.SetLogger(fx.Logger)
+	}
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(Fanout)
 	env.RegisterWorkflow(DeliveryBatch)

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/url"
 	"os"
 	"reflect"
 	"slices"
@@ -164,8 +163,10 @@ type Worker struct {
 	Bridge bool `env:"FANOUT_BRIDGE"`
 
 	RecipientsURL string `env:"FANOUT_RECIPIENTS_URL"`
-	// RecipientsURLAllow: URL prefixes an event's payload may name as its
-	// recipients_url; empty: payloads cannot choose the endpoint.
+	// RecipientsURLAllow: where an event's payload may point its
+	// recipients_url: entries scheme://host[:port][/path/], matched on the
+	// parsed URL (webhook.URLPrefix); empty: payloads cannot choose the
+	// endpoint.
 	RecipientsURLAllow []string `env:"FANOUT_RECIPIENTS_URL_ALLOW" envSeparator:","`
 	// WebhookSecrets: Standard Webhooks secrets ("whsec_..."); when set,
 	// the webhook type signs every delivery with each of them.
@@ -362,10 +363,8 @@ func (w *Worker) Validate() error {
 	if _, err := webhook.ParseAllow(w.OutboundAllow); err != nil {
 		return fmt.Errorf("FANOUT_OUTBOUND_ALLOW: %w", err)
 	}
-	for _, p := range w.RecipientsURLAllow {
-		if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("FANOUT_RECIPIENTS_URL_ALLOW: %q is not an http(s) URL prefix with a host", p)
-		}
+	if _, err := webhook.ParseURLPrefixes(w.RecipientsURLAllow); err != nil {
+		return fmt.Errorf("FANOUT_RECIPIENTS_URL_ALLOW: %w (want scheme://host[:port][/path/])", err)
 	}
 	if _, err := w.signer(); err != nil {
 		return err

@@ -79,7 +79,7 @@ func TestGuardRefusesInternalDestinations(t *testing.T) {
 	loop := newServer(t, "127.0.0.1:0", nil)
 	loop.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		loop.hits.Add(1)
-		http.Redirect(w, r, loop.URL, http.StatusFound)
+		http.Redirect(w, r, loop.URL, http.StatusTemporaryRedirect)
 	})
 	if err := guarded.Deliver(ctx, ev, fanout.Recipient{ID: "r", Address: loop.URL}, m); err == nil || !fanout.IsPermanent(err) || loop.hits.Load() != maxRedirects+1 {
 		t.Errorf("redirect loop: %v after %d requests, want a permanent error after %d", err, loop.hits.Load(), maxRedirects+1)

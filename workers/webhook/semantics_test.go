@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,15 +31,16 @@ func (h *hits) get(rc string) int {
 	return h.n[rc]
 }
 
-// TestAtMostOnceFollowsNoRedirect: at least once a delivery follows a
-// redirect; at most once it makes its one request and reports the 3xx as a
-// failure, so the destination gets it once.
+// TestAtMostOnceFollowsNoRedirect: at least once a delivery follows a 307;
+// at most once it makes its one request and fails it as redirected
+// (permanent: given up with its own error), so the destination gets it
+// once.
 func TestAtMostOnceFollowsNoRedirect(t *testing.T) {
 	got := &hits{n: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got.add(r.URL.Path + " " + r.Header.Get(HeaderRecipientID))
 		if r.URL.Path == "/a" {
-			http.Redirect(w, r, "/b", http.StatusFound)
+			http.Redirect(w, r, "/b", http.StatusTemporaryRedirect)
 		}
 	}))
 	defer srv.Close()
@@ -53,8 +55,8 @@ func TestAtMostOnceFollowsNoRedirect(t *testing.T) {
 	}
 	amo := fanout.WithSemantics(context.Background(), fanout.AtMostOnce)
 	err := h.Deliver(amo, ev, fanout.Recipient{ID: "r2", Address: srv.URL + "/a"}, msg)
-	if err == nil || fanout.IsPermanent(err) {
-		t.Fatalf("at most once: %v; want a (non-permanent) failure for the 302", err)
+	if err == nil || !fanout.IsPermanent(err) || !strings.Contains(err.Error(), ReasonRedirected) {
+		t.Fatalf("at most once: %v; want a permanent redirected for the 307", err)
 	}
 	if got.get("/a r2") != 1 || got.get("/b r2") != 0 {
 		t.Fatalf("at most once: /a hit %d, /b hit %d; want 1 and 0", got.get("/a r2"), got.get("/b r2"))
@@ -64,16 +66,20 @@ func TestAtMostOnceFollowsNoRedirect(t *testing.T) {
 // TestAtMostOnceIsNotReplayedByTheTransport: when the destination drops a
 // reused keep-alive connection after reading a delivery, net/http replays
 // the POST (the Idempotency-Key header makes it replayable) at least once;
-// at most once it does not, and the delivery fails instead.
+// at most once it does not, and the delivery fails instead, also with an
+// empty body (which net/http replays without GetBody).
 func TestAtMostOnceIsNotReplayedByTheTransport(t *testing.T) {
+	amo := fanout.WithSemantics(context.Background(), fanout.AtMostOnce)
 	for _, c := range []struct {
 		name     string
 		ctx      context.Context
+		body     string
 		wantErr  bool
 		wantHits int
 	}{
-		{"at least once", context.Background(), false, 2},
-		{"at most once", fanout.WithSemantics(context.Background(), fanout.AtMostOnce), true, 1},
+		{"at least once", context.Background(), "{}", false, 2},
+		{"at most once", amo, "{}", true, 1},
+		{"at most once, empty body", amo, "", true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := &hits{n: map[string]int{}}
@@ -90,7 +96,7 @@ func TestAtMostOnceIsNotReplayedByTheTransport(t *testing.T) {
 			defer srv.Close()
 			h := &Handler{Client: NewClient(5*time.Second, 4, Loopback...)}
 			ev := fanout.Event{ID: "e1", Type: EventType}
-			msg := fanout.Message{Body: []byte("{}"), ContentType: "application/json"}
+			msg := fanout.Message{Body: []byte(c.body), ContentType: "application/json"}
 			// A first delivery leaves a keep-alive connection to reuse.
 			if err := h.Deliver(c.ctx, ev, fanout.Recipient{ID: "warm", Address: srv.URL}, msg); err != nil {
 				t.Fatal(err)

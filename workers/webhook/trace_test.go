@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -109,4 +110,41 @@ func TestDeliverSpan(t *testing.T) {
 	if b := got.Get("baggage"); b != "" {
 		t.Errorf("the destination got the caller's baggage %q", b)
 	}
+}
+
+// TestRecipientsEndpointGetsNoBaggage: the recipients endpoint may get the
+// event's trace context (its traceparent header and the event's
+// traceparent), never baggage: not the caller's, and not the event's
+// baggage header from the Kafka record.
+func TestRecipientsEndpointGetsNoBaggage(t *testing.T) {
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	var header http.Header
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		header, body = r.Header.Clone(), readAll(r)
+		w.Write([]byte(`{"recipients":[]}`))
+	}))
+	defer srv.Close()
+	h := &Handler{RecipientsURL: srv.URL, Client: NewClient(5*time.Second, 4, Loopback...)}
+	m, _ := baggage.NewMember("tenant-secret", "s3cr3t")
+	bag, _ := baggage.New(m)
+	ctx := propagation.TraceContext{}.Extract(baggage.ContextWithBaggage(context.Background(), bag), propagation.MapCarrier{"traceparent": tp})
+	ev := fanout.Event{ID: "e1", Type: EventType, Headers: map[string]string{"traceparent": tp, "baggage": "user-email=a%40b.example"}}
+	if _, err := h.GetRecipients(ctx, ev, "", 10); err != nil {
+		t.Fatal(err)
+	}
+	if header.Get("baggage") != "" || strings.Contains(string(body), "baggage") || strings.Contains(string(body), "a%40b.example") {
+		t.Errorf("the recipients endpoint got baggage: header %q, body %s", header.Get("baggage"), body)
+	}
+	if !strings.Contains(string(body), tp) || header.Get("traceparent") == "" {
+		t.Errorf("the recipients endpoint lost the trace context: header %q, body %s", header.Get("traceparent"), body)
+	}
+	if ev.Headers["baggage"] == "" {
+		t.Error("GetRecipients changed the caller's event")
+	}
+}
+
+func readAll(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
 }

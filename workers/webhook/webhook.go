@@ -8,8 +8,9 @@
 //
 // Payload: {"message": <any JSON>, "content_type": "...", "recipients_url": "..."};
 // every field is optional. Without "message" the whole payload is the message.
-// A payload's recipients_url is honoured only when it starts with one of the
-// handler's RecipientsURLAllow prefixes.
+// A payload's recipients_url is honoured only when an entry of the handler's
+// RecipientsURLAllow matches it (see URLPrefix: scheme, host and port equal,
+// the path under the entry's, no user information).
 //
 // Every address comes from untrusted input (the event, the recipients
 // endpoint), so the client of NewClient only connects where the address
@@ -60,8 +61,9 @@ const (
 type Handler struct {
 	// RecipientsURL is used when the payload names none.
 	RecipientsURL string
-	// RecipientsURLAllow are the URL prefixes a payload's recipients_url
-	// must start with to be used; empty refuses every payload URL.
+	// RecipientsURLAllow are where a payload's recipients_url may point
+	// (ParseURLPrefix: "https://host[:port][/path/]"; an entry it refuses
+	// matches nothing); empty refuses every payload URL.
 	RecipientsURLAllow []string
 	// Client makes the requests; use NewClient (nil: a NewClient with
 	// fanout's defaults, public addresses only).
@@ -80,6 +82,12 @@ const (
 	// maxRetryAfter caps a Retry-After (a bigger one overflowed before).
 	maxRetryAfter = 24 * time.Hour
 )
+
+// ReasonRedirected starts the error of a request answered with a redirect
+// the client does not follow: a 301, 302 or 303 (which would turn the POST
+// into a GET without its body), any redirect at most once, or one past
+// maxRedirects.
+const ReasonRedirected = "redirected"
 
 // UserAgent identifies fanout's requests to recipients endpoints and
 // destinations.
@@ -121,17 +129,31 @@ func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *h
 }
 
 // checkRedirect follows at most maxRedirects redirects, to http and https
-// only (the dial of each is guarded like the first); none for an
-// at-most-once delivery (see Deliver).
+// only (the dial of each is guarded like the first), and only a 307 or 308,
+// which net/http follows with the method and body; none for an at-most-once
+// delivery (see Deliver). A 301, 302 or 303 would be followed as a GET
+// without the body, so the POST is not delivered while the GET succeeds: it
+// is not followed, and Classify fails it as redirected. A recipients
+// request (ownOriginKey) follows none off its own origin.
 func checkRedirect(req *http.Request, via []*http.Request) error {
 	if fanout.SemanticsOf(req.Context()) == fanout.AtMostOnce {
 		return http.ErrUseLastResponse
 	}
+	if req.Response != nil && req.Response.StatusCode != http.StatusTemporaryRedirect && req.Response.StatusCode != http.StatusPermanentRedirect {
+		return http.ErrUseLastResponse
+	}
+	if req.Context().Value(ownOriginKey{}) != nil && Origin(req.URL) != Origin(via[0].URL) {
+		return http.ErrUseLastResponse // a recipients endpoint is trusted for its own origin only
+	}
 	if len(via) > maxRedirects {
-		return fanout.Permanent(fmt.Errorf("stopped after %d redirects", maxRedirects))
+		return fanout.Permanent(fmt.Errorf("%s: stopped after %d redirects", ReasonRedirected, maxRedirects))
 	}
 	return checkURL(req.URL)
 }
+
+// ownOriginKey marks the context of a request that follows redirects on
+// its own origin only (the recipients endpoint's).
+type ownOriginKey struct{}
 
 // checkURL refuses what is not an absolute http or https URL.
 func checkURL(u *url.URL) error {
@@ -253,25 +275,28 @@ func (h *Handler) client() *http.Client {
 	return defaultClient
 }
 
-// recipientsURL is the endpoint of an event: the payload's when allowed,
-// else the handler's.
-func (h *Handler) recipientsURL(p payload) (string, error) {
+// recipientsRequest builds the POST of body to an event's recipients
+// endpoint: the payload's recipients_url when an entry of
+// RecipientsURLAllow matches it (as parsed for the request, see
+// URLPrefix), else the handler's RecipientsURL.
+func (h *Handler) recipientsRequest(ctx context.Context, p payload, body []byte) (*http.Request, error) {
 	if p.RecipientsURL == "" {
 		if h.RecipientsURL == "" {
-			return "", fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
+			return nil, fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
 		}
-		return h.RecipientsURL, nil
+		return newRequest(ctx, h.RecipientsURL, body)
 	}
-	for _, prefix := range h.RecipientsURLAllow {
-		if prefix != "" && strings.HasPrefix(p.RecipientsURL, prefix) {
-			return p.RecipientsURL, nil
+	req, err := newRequest(ctx, p.RecipientsURL, body)
+	if err != nil {
+		return nil, fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url: %w", err)
+	}
+	for _, entry := range h.RecipientsURLAllow {
+		// An entry config would refuse matches nothing.
+		if prefix, err := ParseURLPrefix(entry); err == nil && prefix.Match(req.URL) {
+			return req, nil
 		}
 	}
-	shown := "(not a URL)"
-	if u, err := url.Parse(p.RecipientsURL); err == nil {
-		shown = Origin(u)
-	}
-	return "", fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url (%.64q...) matches no FANOUT_RECIPIENTS_URL_ALLOW prefix", shown))
+	return nil, fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url (%.64q...) matches no FANOUT_RECIPIENTS_URL_ALLOW entry", Origin(req.URL)))
 }
 
 // Origin is u's scheme, host and port: what errors, logs and spans may show
@@ -297,15 +322,11 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	url, err := h.recipientsURL(p)
+	body, err := json.Marshal(RecipientsRequest{Event: withoutBaggage(ev), Cursor: cursor, Limit: limit})
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	body, err := json.Marshal(RecipientsRequest{Event: ev, Cursor: cursor, Limit: limit})
-	if err != nil {
-		return fanout.Page{}, err
-	}
-	req, err := newRequest(ctx, url, body)
+	req, err := h.recipientsRequest(context.WithValue(ctx, ownOriginKey{}, true), p, body)
 	if err != nil {
 		return fanout.Page{}, err
 	}
@@ -319,6 +340,22 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 		return fanout.Page{}, fmt.Errorf("recipients endpoint: %w", err)
 	}
 	return DecodePage(resp.Body)
+}
+
+// withoutBaggage is ev without the W3C baggage header of its record: the
+// recipients endpoint gets the trace context, not what the producer's
+// baggage may hold (a third party must not see it).
+func withoutBaggage(ev fanout.Event) fanout.Event {
+	h := make(map[string]string, len(ev.Headers))
+	for k, v := range ev.Headers {
+		if !strings.EqualFold(k, "baggage") {
+			h[k] = v
+		}
+	}
+	if len(h) != len(ev.Headers) {
+		ev.Headers = h
+	}
+	return ev
 }
 
 // DecodePage reads one recipients page of at most MaxPageBytes; a larger or
@@ -440,7 +477,7 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 	req.Header.Set(HeaderEventID, ev.ID)
 	req.Header.Set(HeaderEventType, ev.Type)
 	req.Header.Set(HeaderRecipientID, r.ID)
-	req.Header.Set(HeaderIdempotency, ev.ID+":"+r.ID)
+	req.Header.Set(HeaderIdempotency, WebhookID(ev, r)) // type, event and recipient
 	if h.Signer != nil {
 		// A fresh timestamp and signature per attempt, the same id.
 		id, ts := WebhookID(ev, r), time.Now().Unix()
@@ -454,8 +491,14 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 		// header makes it replayable, after a reused connection failed
 		// mid-request), and the client follows no redirect (checkRedirect):
 		// the destination may have acted on the first request. A 3xx is
-		// then a failure, given up at once like any other at most once.
+		// then a failure (redirected), given up at once.
 		req.GetBody = nil
+		if len(m.Body) == 0 {
+			// net/http replays a request without a body (http.NoBody) as
+			// if it had GetBody; an empty body it cannot rewind is sent
+			// as an empty chunked body instead, and never replayed.
+			req.Body = io.NopCloser(strings.NewReader(""))
+		}
 	}
 	resp, err := do(h.client(), req, spanDeliver)
 	if err != nil {
@@ -469,7 +512,8 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 
 // Classify maps an HTTP answer to fanout's error kinds: 2xx is success; 408,
 // 429 and 5xx are transient (with Retry-After honoured); other 4xx are
-// permanent.
+// permanent, and so is a 3xx the client did not follow (ReasonRedirected:
+// the address has moved; asking again gets the same answer).
 func Classify(resp *http.Response) error {
 	code := resp.StatusCode
 	if code >= 200 && code < 300 {
@@ -477,6 +521,8 @@ func Classify(resp *http.Response) error {
 	}
 	err := fmt.Errorf("HTTP %d", code)
 	switch {
+	case code >= 300 && code < 400:
+		return fanout.Permanent(fmt.Errorf("%s: %w", ReasonRedirected, err))
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == http.StatusRequestTimeout || code >= 500:
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return fanout.RetryAfter(d, err)

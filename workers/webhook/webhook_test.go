@@ -1,7 +1,9 @@
 package webhook
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -43,5 +45,27 @@ func TestClassify(t *testing.T) {
 		if ok != (c.after > 0) || d < c.after || d > c.after+2*time.Second {
 			t.Fatalf("%d: retry after %v %v, want about %v", c.code, d, ok, c.after)
 		}
+	}
+}
+
+// TestIdempotencyKeyIncludesTheType: two event types may use the same event
+// id and recipient id; a destination that deduplicates on Idempotency-Key
+// must not take one type's delivery for the other's.
+func TestIdempotencyKeyIncludesTheType(t *testing.T) {
+	keys := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys <- r.Header.Get(HeaderIdempotency)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	h := &Handler{Client: NewClient(5*time.Second, 4, Loopback...)}
+	msg := fanout.Message{Body: []byte(`{}`), ContentType: "application/json"}
+	for _, typ := range []string{"orders", "invoices"} {
+		if err := h.Deliver(context.Background(), fanout.Event{ID: "e1", Type: typ}, fanout.Recipient{ID: "r1", Address: srv.URL}, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := <-keys, <-keys; a == b || a == "" {
+		t.Fatalf("Idempotency-Key of two types with the same event and recipient: %q and %q, want different", a, b)
 	}
 }

@@ -176,7 +176,6 @@ func newOwnSink(t *testing.T, delay time.Duration) *ownSink {
 	t.Cleanup(srv.Close)
 	released := make(chan struct{}) // frees held deliveries before Close waits for them
 	t.Cleanup(func() { close(released) })
-	s.url = srv.URL
 	mux := http.NewServeMux()
 	mux.Handle("POST /recipients", &demo.Source{DeliverURL: srv.URL + "/deliver"})
 	mux.HandleFunc("POST /deliver", func(w http.ResponseWriter, r *http.Request) {
@@ -192,6 +191,7 @@ func newOwnSink(t *testing.T, delay time.Duration) *ownSink {
 		s.Sink.ServeHTTP(w, r)
 	})
 	srv.Config.Handler = mux
+	s.url = st.Route(mux) // recipients on an allowed origin; deliveries to srv
 	return s
 }
 

@@ -97,7 +97,7 @@ func TestHostileRecipientAddresses(t *testing.T) {
 	}}
 	endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(page) })
 	id := "hostile-addr-" + runID
-	st.publish(t, stack.Event{ID: id, RecipientsURL: endpoint.URL + "/recipients"})
+	st.publish(t, stack.Event{ID: id, RecipientsURL: st.Route(endpoint.Config.Handler) + "/recipients"})
 	res := st.waitResult(t, id, 60*time.Second)
 	if res.Delivered != 1 || res.Failed != 4 || res.DeadLettered != 4 {
 		t.Errorf("progress %+v; want 1 delivered, 4 failed and dead-lettered", res.Progress)
@@ -243,7 +243,7 @@ func TestHostileHugePage(t *testing.T) {
 	id := "hostile-page-" + runID
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	st.publish(t, stack.Event{ID: id, RecipientsURL: endpoint.URL + "/recipients"})
+	st.publish(t, stack.Event{ID: id, RecipientsURL: st.Route(endpoint.Config.Handler) + "/recipients"})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := st.Wait(ctx, id)

@@ -84,8 +84,10 @@ func run(m *testing.M) (int, error) {
 		// The demo and the tests' servers listen on 127.0.0.1; the hostile
 		// input tests stand for internal services on 127.0.0.2, which the
 		// guard must refuse.
-		Client:             webhook.NewClient(10*time.Second, 256, netip.MustParsePrefix("127.0.0.1/32")),
-		RecipientsURLAllow: []string{"http://127.0.0.1:"},
+		Client: webhook.NewClient(10*time.Second, 256, netip.MustParsePrefix("127.0.0.1/32")),
+		// Payload recipients_urls: the demo server, where tests Route
+		// their recipients endpoints.
+		RecipientsURLAllow: []string{s.RecipientsURLAllow()},
 	}
 	reg.MustRegister(webhook.EventType, hook, stackOptions)
 	// otherType signs its deliveries (Standard Webhooks); the same-id test

@@ -156,6 +156,7 @@ type Stack struct {
 	mu        sync.Mutex
 	procs     map[string]*Proc // temporal, redis, workers and bridges
 	specs     map[string]procSpec
+	routes    routes // Route's handlers on the demo server, under mu
 
 	redisPortChosen bool // Options.RedisPort was 0: startRedis may choose another
 }
@@ -255,7 +256,8 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if o.DemoHandler != nil {
 		h = o.DemoHandler(h)
 	}
-	s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	s.routes.next = h
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serveRoutes), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	copts := o.Client
 	copts.HostPort = s.TemporalAddr
@@ -389,8 +391,9 @@ func (s *Stack) Env() []string {
 		"TEMPORAL_ADDRESS=" + s.TemporalAddr, "TEMPORAL_NAMESPACE=default",
 		"FANOUT_KAFKA_BROKERS=" + s.KafkaAddr, "FANOUT_REDIS_URL=redis://" + s.RedisAddr + "/0",
 		"FANOUT_RECIPIENTS_URL=" + s.DemoURL + "/recipients", "FANOUT_LOG_LEVEL=warn",
-		// The demo source and sink, and the tests' servers, are on loopback.
-		"FANOUT_OUTBOUND_ALLOW=127.0.0.0/8,::1", "FANOUT_RECIPIENTS_URL_ALLOW=http://127.0.0.1:",
+		// The demo source and sink, and the tests' servers, are on loopback;
+		// payloads may name recipients endpoints on the demo server (Route).
+		"FANOUT_OUTBOUND_ALLOW=127.0.0.0/8,::1", "FANOUT_RECIPIENTS_URL_ALLOW=" + s.RecipientsURLAllow(),
 	}
 	if s.KeysFile != "" {
 		env = append(env, "FANOUT_CODEC_KEYS_FILE="+s.KeysFile)

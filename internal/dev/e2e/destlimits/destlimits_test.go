@@ -190,6 +190,7 @@ func TestLimitedHostThrottledOthersAtFullSpeedFailingHostBroken(t *testing.T) {
 	env := []string{
 		"FANOUT_BATCH_SIZE=200", "FANOUT_BATCH_SLOTS=32", "FANOUT_MAX_ATTEMPTS=2",
 		"FANOUT_RETRY_INITIAL=200ms", "FANOUT_RETRY_MAX=1s", "FANOUT_BREAKER_COOLDOWN=2s",
+		"FANOUT_RECIPIENTS_URL_ALLOW=http://" + rl.Addr().String(), // the event's recipients_url
 	}
 	if err := s.StartWorker("events", "events", append(env, "FANOUT_BRIDGE=true")...); err != nil {
 		t.Fatal(err)

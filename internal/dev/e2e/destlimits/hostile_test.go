@@ -87,7 +87,8 @@ func TestHostileDestinations(t *testing.T) {
 	if out, err := limitsCmd(ctx, s, "set", "-type", webhook.EventType, "-rate", "1000/s"); err != nil {
 		t.Fatalf("starter limits set: %v\n%s", err, out)
 	}
-	env := []string{"FANOUT_BATCH_SIZE=500", "FANOUT_MAX_ATTEMPTS=2", "FANOUT_RETRY_INITIAL=200ms", "FANOUT_RETRY_MAX=1s", "FANOUT_LOCAL_DELIVERY_MAX=-1"}
+	env := []string{"FANOUT_BATCH_SIZE=500", "FANOUT_MAX_ATTEMPTS=2", "FANOUT_RETRY_INITIAL=200ms", "FANOUT_RETRY_MAX=1s", "FANOUT_LOCAL_DELIVERY_MAX=-1",
+		"FANOUT_RECIPIENTS_URL_ALLOW=http://" + rl.Addr().String()} // the event's recipients_url
 	if err := s.StartWorker("events", "events", append(env, "FANOUT_BRIDGE=true")...); err != nil {
 		t.Fatal(err)
 	}

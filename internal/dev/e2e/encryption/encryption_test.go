@@ -69,6 +69,8 @@ func TestMain(m *testing.M) {
 		st = s
 		dest = newDestination()
 		defer dest.srv.Close()
+		// Payloads name it as their recipients_url: list it, as an operator would.
+		workerEnv = append(workerEnv, "FANOUT_RECIPIENTS_URL_ALLOW="+dest.srv.URL)
 		return m.Run(), nil
 	}()
 	if err != nil {

@@ -541,6 +541,7 @@ func TestNoSecretInLogsSpansOrHistories(t *testing.T) {
 		"FANOUT_CODEC_KEYS_FILE=", "FANOUT_CODEC_KEYS=" + codec.FormatKey(c.codecKey),
 		"FANOUT_WEBHOOK_SECRETS=" + c.whsec,
 		"FANOUT_RECIPIENTS_URL=http://" + c.recipUser + ":" + c.recipPass + "@" + srcHost + "/recipients?token=" + c.recipTok,
+		"FANOUT_RECIPIENTS_URL_ALLOW=" + srcSrv.URL, // the forbid event's recipients_url
 		"FANOUT_BATCH_SIZE=100", "FANOUT_PAGE_SIZE=200", "FANOUT_LARGE_BATCH_SIZE=-1",
 		"FANOUT_MAX_ATTEMPTS=3", "FANOUT_RETRY_INITIAL=100ms", "FANOUT_RETRY_MAX=300ms",
 		// Every try is made, so the spans can be counted exactly: the

@@ -151,7 +151,8 @@ func TestLowPriorityBrakedWhileHigherPriorityDelivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	brake := "FANOUT_LOW_PRIORITY_BRAKE=" + strconv.Itoa(braked) + "/s"
-	if err := s.StartWorker("events", "events", "FANOUT_BRIDGE=true"); err != nil {
+	// The events worker asks the events' recipients_url: list it.
+	if err := s.StartWorker("events", "events", "FANOUT_BRIDGE=true", "FANOUT_RECIPIENTS_URL_ALLOW=http://"+rl.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.StartWorker("delivery-high", "high,normal"); err != nil {
