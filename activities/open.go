@@ -21,6 +21,10 @@ const LocalDeliverTimeout = 10 * time.Second
 // OpenInput is the input of Open.
 type OpenInput struct {
 	Event fanout.Event
+	// Rate and PaceFrom pace the delivery of a small audience (the event's
+	// rate cap, set while it waited for its time), as DeliverBatchInput's.
+	Rate     float64   `json:",omitzero"`
+	PaceFrom time.Time `json:",omitzero"`
 }
 
 // OpenResult is what Open did: the message and options (Prepare's result),
@@ -81,7 +85,7 @@ type OpenSteps struct {
 
 // Open is Activities.Open with s's steps.
 func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
-	prep, err := s.Prepare(ctx, PrepareInput(in))
+	prep, err := s.Prepare(ctx, PrepareInput{Event: in.Event})
 	if err != nil {
 		return OpenResult{}, err
 	}
@@ -110,7 +114,9 @@ func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, min(LocalDeliverTimeout, opts.DeliverTimeout))
 	defer cancel()
-	d, err := s.Deliver(dctx, NewBatchInput(in.Event, prio, 0, prep.Message, opts, page.Recipients, nil))
+	bin := NewBatchInput(in.Event, prio, 0, prep.Message, opts, page.Recipients, nil)
+	bin.Rate, bin.PaceFrom = in.Rate, in.PaceFrom
+	d, err := s.Deliver(dctx, bin)
 	if err != nil {
 		res.DeliverError = err.Error()
 		if errors.As(err, &ae) {

@@ -269,13 +269,17 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		var o activities.OpenResult
 		opened := false
 		if in.Flow >= FlowOpen {
+			if !r.holdWhilePaused() {
+				return r.finish(temporal.NewCanceledError())
+			}
+			rate, from := r.inlinePace()
 			octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 				// Prepare and a page within 30 s, and a delivery within
 				// LocalDeliverTimeout, as when they were three.
 				StartToCloseTimeout: 30*time.Second + activities.LocalDeliverTimeout,
 				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 			})
-			err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event}).Get(ctx, &o)
+			err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
 			var ae *temporal.ApplicationError
 			switch {
 			case err == nil:
@@ -787,6 +791,7 @@ func (r *fanoutRun) deliverRemote(o activities.OpenResult) (FanoutResult, error)
 	r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
 	r.setDetails()
 	in := r.batchInput(0, recips, nil)
+	in.Rate, in.PaceFrom = r.inlinePace()
 	var res activities.DeliverBatchResult
 	var err error
 	switch {
@@ -818,10 +823,7 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		r.setDetails()
 		var res activities.DeliverBatchResult
 		in := r.batchInput(0, recips, nil)
-		if r.prog.Rate > 0 {
-			// Set before the first page: the one batch has the whole cap.
-			in.Rate, in.PaceFrom = r.prog.Rate, workflow.Now(ctx)
-		}
+		in.Rate, in.PaceFrom = r.inlinePace()
 		dctx := deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority))
 		var err error
 		if len(recips) <= st.Options.LocalDeliveryMax {
@@ -836,6 +838,29 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		return r.settleInline(in, res, err)
 	}
 	return r.finish(nil)
+}
+
+// inlinePace is the pace of an event's one batch run without a child (in
+// Open, or as an activity): the whole rate cap, set before the first page
+// (while the event waited for its time, say), from now; none without a cap.
+func (r *fanoutRun) inlinePace() (float64, time.Time) {
+	if r.prog.Rate <= 0 {
+		return 0, time.Time{}
+	}
+	return r.prog.Rate, workflow.Now(r.ctx)
+}
+
+// holdWhilePaused holds an event paused before it opened (while it waited
+// for its time) until it is resumed, so that Open, which may deliver, runs
+// only then; false means it was canceled meanwhile. Histories from before
+// the hold (which opened a paused event at once: the fast path then
+// delivered it) replay without it; only a paused event records the marker.
+func (r *fanoutRun) holdWhilePaused() bool {
+	if !r.prog.Paused || workflow.GetVersion(r.ctx, "hold-paused-before-open", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return true
+	}
+	r.waitWhilePaused()
+	return r.ctx.Err() == nil
 }
 
 // settleInline accounts for an event's one batch, run as an activity
