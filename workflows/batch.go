@@ -41,7 +41,10 @@ func deliverContext(ctx workflow.Context, timeout time.Duration, taskQueue strin
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           taskQueue,
 		StartToCloseTimeout: timeout,
-		HeartbeatTimeout:    15 * time.Second, // a killed worker's batch is retried after this
+		// The child's run has the same bound; an event's one batch run
+		// without a child has only this one.
+		ScheduleToCloseTimeout: batchRunTimeout,
+		HeartbeatTimeout:       15 * time.Second, // a killed worker's batch is retried after this
 		RetryPolicy: &temporal.RetryPolicy{
 			// DeliverBatch sets the next delay itself (backoff with jitter,
 			// Retry-After); these apply to crashes and Redis outages, which
@@ -53,3 +56,10 @@ func deliverContext(ctx workflow.Context, timeout time.Duration, taskQueue strin
 		},
 	})
 }
+
+// batchRunTimeout bounds a delivery batch end to end, retries included:
+// the DeliveryBatch child's run, and the one batch of an event that runs
+// as an activity without a child (its schedule-to-close). A batch still
+// retrying then (a destination limit or breaker that never lets it
+// finish) fails, and its recipients are dead-lettered with the reason.
+const batchRunTimeout = 24 * time.Hour

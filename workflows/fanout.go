@@ -543,7 +543,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            vocab.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
 		TaskQueue:             vocab.DeliveryTaskQueue(st.Priority),
-		WorkflowRunTimeout:    24 * time.Hour,
+		WorkflowRunTimeout:    batchRunTimeout,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	})

@@ -1001,3 +1001,39 @@ func TestFanoutOpenIsOneLocalActivity(t *testing.T) {
 		})
 	}
 }
+
+// TestFanoutInlineBatchIsBounded: an event's one batch run as an activity
+// without a child (over LocalDeliveryMax, or handed over by the fast path)
+// is bounded as a child's batch is (its WorkflowRunTimeout): a DeliverBatch
+// that keeps asking to be retried (a destination limit slower than its
+// calls, a breaker that never closes) times out within batchRunTimeout, and
+// its recipients are counted failed and dead-lettered. (The test
+// environment stops retries after 10 attempts where the server would go on
+// for ever: 4 h apart, they outlast the bound.)
+func TestFanoutInlineBatchIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+	}{{"over the local limit", 150}, {"handed over by the fast path", 20}} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			fx := fixture{Event: testEvent("ev-inline-bound"), Audience: tc.n, Options: fanout.TypeOptions{LocalDeliveryMax: 100},
+				DeliverErr: func(activities.DeliverBatchInput) error {
+					calls++
+					return temporal.NewApplicationErrorWithOptions("destination limit: all left to the next attempt", activities.ErrDeliveryRetry,
+						temporal.ApplicationErrorOptions{NextRetryDelay: 4 * time.Hour})
+				}}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			start := env.Now()
+			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: FlowOpen})
+			// The hand-over waits the fast path's NextRetryDelay (4 h) first.
+			if el := env.Now().Sub(start); el > batchRunTimeout+5*time.Hour {
+				t.Errorf("the inline batch ran %d times over %v: not bounded by %v", calls, el, batchRunTimeout)
+			}
+			if res.Failed != int64(tc.n) || res.BatchErrors != 1 || res.DeadLettered != int64(tc.n) {
+				t.Errorf("result %+v, want %d failed and dead-lettered", res.Progress, tc.n)
+			}
+		})
+	}
+}
