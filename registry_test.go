@@ -111,6 +111,7 @@ func TestRegistryLookup(t *testing.T) {
 		DeliverConcurrency: 3,
 		MaxAttempts:        2,
 		DeliverTimeout:     time.Minute,
+		CallTimeout:        DefaultCallTimeout,
 		MaxPages:           40,
 		MaxRecipients:      1_000_000,
 	}
@@ -131,6 +132,7 @@ func TestRegistryLookup(t *testing.T) {
 			DeliverConcurrency: DefaultDeliverConcurrency,
 			MaxAttempts:        DefaultMaxAttempts,
 			DeliverTimeout:     DefaultDeliverTimeout,
+			CallTimeout:        DefaultCallTimeout,
 			MaxPages:           DefaultMaxPages,
 		}},
 		{"custom", true, custom},
@@ -143,6 +145,7 @@ func TestRegistryLookup(t *testing.T) {
 			DeliverConcurrency: DefaultDeliverConcurrency,
 			MaxAttempts:        DefaultMaxAttempts,
 			DeliverTimeout:     DefaultDeliverTimeout,
+			CallTimeout:        DefaultCallTimeout,
 			MaxPages:           DefaultMaxPages,
 		}},
 		{"missing", false, TypeOptions{}},

@@ -13,10 +13,21 @@ import (
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
-// LocalDeliverTimeout bounds a delivery on the fast path (in the events
-// worker, within the event's first workflow task); a slower batch is handed
-// to the delivery queue.
+// LocalDeliverTimeout bounds the time a delivery on the fast path (in the
+// events worker, within the event's first workflow task) starts calls; what
+// it has not started by then is handed to the delivery queue. The calls it
+// started have the type's CallTimeout (and fanout.CallSlack) more to end:
+// see LocalDeliverBudget.
 const LocalDeliverTimeout = 10 * time.Second
+
+// LocalDeliverBudget is how long a delivery on the fast path may take with
+// calls of callTimeout (0: fanout.DefaultCallTimeout), at most: it starts
+// calls for LocalDeliverTimeout (or deliverTimeout, when shorter), and the
+// last ones end a call's time later. The local activity's timeout leaves
+// room for it; the delivery yields a call's time before its deadline.
+func LocalDeliverBudget(deliverTimeout, callTimeout time.Duration) time.Duration {
+	return min(LocalDeliverTimeout, cmp.Or(deliverTimeout, fanout.DefaultDeliverTimeout)) + cmp.Or(callTimeout, fanout.DefaultCallTimeout) + fanout.CallSlack
+}
 
 // OpenInput is the input of Open.
 type OpenInput struct {
@@ -112,7 +123,9 @@ func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
 	if !page.OneBatch(opts.BatchSize) || len(page.Recipients) == 0 || len(page.Recipients) > opts.LocalDeliveryMax {
 		return res, nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, min(LocalDeliverTimeout, opts.DeliverTimeout))
+	// Within the local activity's deadline (DeliverBatch yields a call's
+	// time before it: the calls it starts end before the deadline).
+	dctx, cancel := context.WithTimeout(ctx, LocalDeliverBudget(opts.DeliverTimeout, opts.CallTimeout))
 	defer cancel()
 	bin := NewBatchInput(in.Event, prio, 0, prep.Message, opts, page.Recipients, nil)
 	bin.Rate, bin.PaceFrom = in.Rate, in.PaceFrom

@@ -273,11 +273,15 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 				return r.finish(temporal.NewCanceledError())
 			}
 			rate, from := r.inlinePace()
+			// Prepare and a page within 30 s, as when they were three, and a
+			// delivery within its budget (with calls of the default timeout;
+			// a type's longer calls leave Open less time to start them).
+			// Schedule-to-close: the wait for a local-activity slot counts.
+			open := 30*time.Second + activities.LocalDeliverBudget(0, 0)
 			octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-				// Prepare and a page within 30 s, and a delivery within
-				// LocalDeliverTimeout, as when they were three.
-				StartToCloseTimeout: 30*time.Second + activities.LocalDeliverTimeout,
-				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+				ScheduleToCloseTimeout: open,
+				StartToCloseTimeout:    open,
+				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 			})
 			err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
 			var ae *temporal.ApplicationError
@@ -553,6 +557,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		DeliverBatchInput: bin,
 		BatchNo:           n,
 		Timeout:           opts.DeliverTimeout,
+		CallTimeout:       opts.CallTimeout,
 	})
 	r.pending++
 	r.prog.BatchesStarted++
@@ -804,7 +809,7 @@ func (r *fanoutRun) deliverRemote(o activities.OpenResult) (FanoutResult, error)
 		workflow.GetLogger(ctx).Warn("local delivery did not finish; retrying as an activity", "error", o.DeliverError)
 	}
 	if err == nil {
-		err = workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority)), a.DeliverBatch, in).Get(ctx, &res)
+		err = workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, st.Options.CallTimeout, vocab.DeliveryTaskQueue(st.Priority)), a.DeliverBatch, in).Get(ctx, &res)
 	}
 	return r.settleInline(in, res, err)
 }
@@ -824,12 +829,15 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		var res activities.DeliverBatchResult
 		in := r.batchInput(0, recips, nil)
 		in.Rate, in.PaceFrom = r.inlinePace()
-		dctx := deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority))
+		dctx := deliverContext(ctx, st.Options.DeliverTimeout, st.Options.CallTimeout, vocab.DeliveryTaskQueue(st.Priority))
 		var err error
 		if len(recips) <= st.Options.LocalDeliveryMax {
+			// Schedule-to-close: the wait for a local-activity slot counts.
+			budget := activities.LocalDeliverBudget(st.Options.DeliverTimeout, st.Options.CallTimeout)
 			lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-				StartToCloseTimeout: min(activities.LocalDeliverTimeout, st.Options.DeliverTimeout),
-				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+				ScheduleToCloseTimeout: budget,
+				StartToCloseTimeout:    budget,
+				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 			})
 			err = localThenRemote(ctx, lctx, dctx, a.DeliverBatch, in, &res)
 		} else {

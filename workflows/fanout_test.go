@@ -89,6 +89,7 @@ type recorder struct {
 	inflight    int      // DeliverBatch calls in progress
 	maxInflight int
 	delivers    []deliverCall
+	heartbeats  []time.Duration // HeartbeatTimeout of each DeliverBatch activity (not local)
 	paced       []pacedCall
 	// deadLettered: DeadLetterBatch calls, attempt id -> reason.
 	deadLettered map[string]string
@@ -215,6 +216,9 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		rec.inflight--
 		info := activity.GetInfo(ctx)
 		rec.delivers = append(rec.delivers, deliverCall{local: info.IsLocalActivity, queue: info.TaskQueue})
+		if !info.IsLocalActivity {
+			rec.heartbeats = append(rec.heartbeats, info.HeartbeatTimeout)
+		}
 		rec.paced = append(rec.paced, pacedCall{rate: in.Rate, from: in.PaceFrom, end: env.Now(), attempts: in.AttemptID})
 		if in.Ref != nil {
 			// A staged batch: the workflow passed only the ref.
@@ -1033,6 +1037,48 @@ func TestFanoutInlineBatchIsBounded(t *testing.T) {
 			}
 			if res.Failed != int64(tc.n) || res.BatchErrors != 1 || res.DeadLettered != int64(tc.n) {
 				t.Errorf("result %+v, want %d failed and dead-lettered", res.Progress, tc.n)
+			}
+		})
+	}
+}
+
+// TestDeliverHeartbeatFollowsCallTimeout: a batch heartbeats between calls,
+// so one call may hold its heartbeat for the type's CallTimeout (the stock
+// type's FANOUT_HTTP_TIMEOUT): every DeliverBatch activity's heartbeat
+// timeout is derived from it, a child's and an event's one batch alike;
+// with a fixed 15 s, calls of 40 s had the batch retried while they were in
+// flight.
+func TestDeliverHeartbeatFollowsCallTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		n        int
+		call     time.Duration
+		children int
+	}{
+		{"children, default call timeout", 250, 0, 3},
+		{"children, 40s calls", 250, 40 * time.Second, 3},
+		{"one batch without a child, 40s calls", 150, 40 * time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := fanout.TypeOptions{BatchSize: 200, LocalDeliveryMax: 100, CallTimeout: tc.call}
+			if tc.children > 0 {
+				opts.BatchSize, opts.PageSize = 100, 100
+			}
+			fx := fixture{Event: testEvent("ev-heartbeat"), Audience: tc.n, Options: opts}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: FlowOpen})
+			if res.Delivered != int64(tc.n) || len(rec.childIDs) != tc.children {
+				t.Fatalf("result %+v, children %v", res.Progress, rec.childIDs)
+			}
+			want := opts.WithDefaults().CallTimeout + fanout.CallSlack
+			if len(rec.heartbeats) == 0 {
+				t.Fatal("no DeliverBatch activity")
+			}
+			for _, hb := range rec.heartbeats {
+				if hb != want {
+					t.Errorf("DeliverBatch heartbeat timeout %v, want %v (the call timeout %v and the slack)", hb, want, opts.WithDefaults().CallTimeout)
+				}
 			}
 		})
 	}
