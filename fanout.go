@@ -10,6 +10,7 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -154,6 +155,15 @@ type TypeOptions struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// DeliverTimeout bounds one batch activity attempt.
 	DeliverTimeout time.Duration `json:"deliver_timeout,omitempty"`
+	// CallTimeout is the longest one Deliver call takes (the stock webhook
+	// type's is its HTTP timeout, FANOUT_HTTP_TIMEOUT): a batch heartbeats
+	// between calls, so its heartbeat timeout is CallTimeout + CallSlack,
+	// and an attempt (the fast path's too) stops starting calls that long
+	// before its deadline, so the calls it started end and are marked
+	// before it. At most DeliverTimeout/2 - CallSlack (an attempt keeps
+	// half its time to start calls). 0: DefaultCallTimeout. Deliver should
+	// bound its calls by it.
+	CallTimeout time.Duration `json:"call_timeout,omitempty"`
 	// LocalDeliveryMax is the largest audience delivered on the fast path:
 	// a local activity in the events worker, in the event's first workflow
 	// task, tried once (a failure falls back to a DeliverBatch activity on
@@ -250,14 +260,24 @@ const (
 	DefaultDeliverConcurrency = 64
 	DefaultMaxAttempts        = 5
 	DefaultDeliverTimeout     = 5 * time.Minute
-	DefaultLocalDeliveryMax   = 100
-	DefaultBreakerFailures    = 5
-	DefaultBreakerCooldown    = 30 * time.Second
+	DefaultCallTimeout        = 10 * time.Second
+	// CallSlack is what a batch needs beyond its longest call to mark it,
+	// heartbeat and return (see CallTimeout).
+	CallSlack               = 5 * time.Second
+	DefaultLocalDeliveryMax = 100
+	DefaultBreakerFailures  = 5
+	DefaultBreakerCooldown  = 30 * time.Second
 	// DefaultPageBatches is PageSize's default in batches.
 	DefaultPageBatches = 10
 	// DefaultMaxPages is 400,000,000 recipients at the default page size.
 	DefaultMaxPages = 100_000
 )
+
+// MaxCallTimeout is the longest CallTimeout attempts of deliverTimeout
+// (0: DefaultDeliverTimeout) allow: half the attempt less CallSlack.
+func MaxCallTimeout(deliverTimeout time.Duration) time.Duration {
+	return cmp.Or(deliverTimeout, DefaultDeliverTimeout)/2 - CallSlack
+}
 
 // LargeBatch is the batch size of an event's pages after the first (see
 // LargeBatchSize): BatchSize when LargeBatchSize is not positive, as in
@@ -304,6 +324,9 @@ func (o TypeOptions) WithDefaults() TypeOptions {
 	if o.DeliverTimeout <= 0 {
 		o.DeliverTimeout = DefaultDeliverTimeout
 	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
 	if o.MaxPages <= 0 {
 		o.MaxPages = DefaultMaxPages
 	}
@@ -328,6 +351,11 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("DeliverConcurrency: %d is negative", o.DeliverConcurrency)
 	case o.MaxAttempts < 0:
 		return fmt.Errorf("MaxAttempts: %d is negative", o.MaxAttempts)
+	case o.CallTimeout < 0:
+		return fmt.Errorf("CallTimeout: %v is negative", o.CallTimeout)
+	case o.CallTimeout > MaxCallTimeout(o.DeliverTimeout):
+		return fmt.Errorf("CallTimeout: %v is over %v: a batch heartbeats between calls and stops starting them a call's time before its attempt's deadline (DeliverTimeout %v), keeping half the attempt to start them",
+			o.CallTimeout, MaxCallTimeout(o.DeliverTimeout), cmp.Or(o.DeliverTimeout, DefaultDeliverTimeout))
 	case o.MaxPages < 0:
 		return fmt.Errorf("MaxPages: %d is negative", o.MaxPages)
 	case o.MaxRecipients < 0:

@@ -6,6 +6,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -293,6 +294,10 @@ type DeliverBatchInput struct {
 	semantics fanout.Semantics
 	// obs are the batch's metric options per delivery (set by deliverAll).
 	obs *deliverObs
+	// callTimeout is the type's CallTimeout on this worker (set by
+	// DeliverBatch from the registry): the attempt yields that long (and
+	// fanout.CallSlack) before its deadline.
+	callTimeout time.Duration
 }
 
 // Failure is a recipient that was not delivered.
@@ -358,6 +363,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	if ctx, err = a.useSemantics(ctx, &in, opts); err != nil {
 		return DeliverBatchResult{}, err
 	}
+	in.callTimeout = opts.CallTimeout
 	if in.Recipients, err = a.loadBatch(ctx, h, in); err != nil {
 		return DeliverBatchResult{}, err
 	}
@@ -711,7 +717,14 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, beatLocked)
 	low := in.Priority == fanout.PriorityLow
 	src := &feeder{f: dfeed, todo: todo}
-	yield, hasDeadline := yieldAt(ctx, time.Now())
+	yield, hasDeadline := yieldAt(ctx, time.Now(), in.callTimeout)
+	fctx, stopFeed := feedContext(gctx, yield, hasDeadline)
+	defer stopFeed()
+	// yielded: the feed stopped at the yield (its waits end there), not
+	// for an error or a cancel.
+	yielded := func(err error) bool {
+		return errors.Is(err, errPaceDeadline) || (fctx.Err() != nil && gctx.Err() == nil)
+	}
 	var feedErr error
 feed:
 	for {
@@ -724,16 +737,16 @@ feed:
 			// is on while other priorities deliver (brake.go).
 			var err error
 			if pace != nil {
-				err = pace.wait(gctx)
+				err = pace.wait(fctx)
 			}
 			if err == nil && low {
 				var held bool
-				if held, err = a.Brake.wait(gctx, in.Event.Type, beatLocked); held {
+				if held, err = a.Brake.wait(fctx, in.Event.Type, beatLocked); held {
 					braked++
 				}
 			}
 			if err != nil {
-				if errors.Is(err, errPaceDeadline) {
+				if yielded(err) {
 					left = src.remaining()
 				}
 				break feed
@@ -742,9 +755,9 @@ feed:
 		if !low {
 			a.Brake.Signal()
 		}
-		j, ok, err := src.next(gctx)
+		j, ok, err := src.next(fctx)
 		if !ok {
-			if errors.Is(err, errPaceDeadline) {
+			if yielded(err) {
 				left = src.remaining()
 			} else if err != nil && gctx.Err() == nil {
 				feedErr = err // the limiter's Redis: retry the batch
@@ -780,18 +793,33 @@ feed:
 // deliveries and leaves the rest of its batch to the next attempt, which
 // begins at once and skips what this one delivered: a tenth of the
 // attempt's time before its deadline, at least paceYieldMargin (at most
-// half the attempt, so that every attempt delivers), so that the calls in
-// flight end and are marked before it times out. Without it a batch
-// slower than its timeout (DeliverTimeout: a large batch, a slow
-// destination) would be cut off mid-call, and what it delivered but had
-// not yet marked would be delivered again. false: ctx has no deadline.
-func yieldAt(ctx context.Context, start time.Time) (time.Time, bool) {
+// half the attempt, so that every attempt delivers), and always at least
+// a call's time (call, the type's CallTimeout, and fanout.CallSlack), so
+// that the calls in flight end and are marked before it times out.
+// Without it a batch slower than its timeout (DeliverTimeout: a large
+// batch, a slow destination) would be cut off mid-call, and what it
+// delivered but had not yet marked would be delivered again. (Type
+// options keep a call under half DeliverTimeout; the fast path sizes its
+// deadline for one.) false: ctx has no deadline.
+func yieldAt(ctx context.Context, start time.Time, call time.Duration) (time.Time, bool) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return time.Time{}, false
 	}
 	total := dl.Sub(start)
-	return dl.Add(-min(max(paceYieldMargin, total/10), total/2)), true
+	spare := cmp.Or(call, fanout.DefaultCallTimeout) + fanout.CallSlack
+	return dl.Add(-max(min(max(paceYieldMargin, total/10), total/2), spare)), true
+}
+
+// feedContext is the context of a batch's feed (its waits for the pace,
+// the brake and its destinations' limits): they keep paceYieldMargin
+// before its deadline, so it ends that long after the yield, and a wait
+// never lets a call start after it.
+func feedContext(ctx context.Context, yield time.Time, hasDeadline bool) (context.Context, context.CancelFunc) {
+	if !hasDeadline {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, yield.Add(paceYieldMargin))
 }
 
 // deadLetter publishes the given-up recipients to the deliveries DLQ, then

@@ -209,9 +209,11 @@ func TestDeliverBatchBoundsFailureDetails(t *testing.T) {
 func TestDeliverBatchYieldsBeforeItsDeadline(t *testing.T) {
 	h := &audience{delivered: map[string]int{}, fail: func(fanout.Recipient) error { time.Sleep(200 * time.Millisecond); return nil }}
 	reg := fanout.NewRegistry()
-	reg.MustRegister("t", h, fanout.TypeOptions{})
-	const n = 40 // 4 s at 2 at a time: more than the attempt's 2 s
-	actx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// It yields a call's time (CallTimeout and CallSlack) before its
+	// deadline: 5.3 s before the attempt's 8 s.
+	reg.MustRegister("t", h, fanout.TypeOptions{CallTimeout: 300 * time.Millisecond})
+	const n = 40 // 4 s at 2 at a time: more than the 2.7 s before the yield
+	actx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	_, err := runDeliverBatch(&activities.Activities{Registry: reg}, activities.DeliverBatchInput{
 		Event: event("slow", n), AttemptID: "a#0", Recipients: recipients(n), MaxAttempts: 1, Concurrency: 2},
@@ -224,7 +226,7 @@ func TestDeliverBatchYieldsBeforeItsDeadline(t *testing.T) {
 	h.mu.Lock()
 	delivered := len(h.delivered)
 	h.mu.Unlock()
-	// Half the attempt (1 s, 2 at a time, 200 ms each) is ~10 calls.
+	// 2.7 s, 2 at a time, 200 ms each, is ~27 calls.
 	if delivered == 0 || delivered >= n || !strings.Contains(ae.Message(), fmt.Sprintf("%d of %d recipients left", n-delivered, n)) {
 		t.Fatalf("%d delivered, message %q: want some delivered and the rest left", delivered, ae.Message())
 	}

@@ -13,14 +13,29 @@ import (
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
-// LocalDeliverTimeout bounds a delivery on the fast path (in the events
-// worker, within the event's first workflow task); a slower batch is handed
-// to the delivery queue.
+// LocalDeliverTimeout bounds the time a delivery on the fast path (in the
+// events worker, within the event's first workflow task) starts calls; what
+// it has not started by then is handed to the delivery queue. The calls it
+// started have the type's CallTimeout (and fanout.CallSlack) more to end:
+// see LocalDeliverBudget.
 const LocalDeliverTimeout = 10 * time.Second
+
+// LocalDeliverBudget is how long a delivery on the fast path may take with
+// calls of callTimeout (0: fanout.DefaultCallTimeout), at most: it starts
+// calls for LocalDeliverTimeout (or deliverTimeout, when shorter), and the
+// last ones end a call's time later. The local activity's timeout leaves
+// room for it; the delivery yields a call's time before its deadline.
+func LocalDeliverBudget(deliverTimeout, callTimeout time.Duration) time.Duration {
+	return min(LocalDeliverTimeout, cmp.Or(deliverTimeout, fanout.DefaultDeliverTimeout)) + cmp.Or(callTimeout, fanout.DefaultCallTimeout) + fanout.CallSlack
+}
 
 // OpenInput is the input of Open.
 type OpenInput struct {
 	Event fanout.Event
+	// Rate and PaceFrom pace the delivery of a small audience (the event's
+	// rate cap, set while it waited for its time), as DeliverBatchInput's.
+	Rate     float64   `json:",omitzero"`
+	PaceFrom time.Time `json:",omitzero"`
 }
 
 // OpenResult is what Open did: the message and options (Prepare's result),
@@ -81,7 +96,7 @@ type OpenSteps struct {
 
 // Open is Activities.Open with s's steps.
 func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
-	prep, err := s.Prepare(ctx, PrepareInput(in))
+	prep, err := s.Prepare(ctx, PrepareInput{Event: in.Event})
 	if err != nil {
 		return OpenResult{}, err
 	}
@@ -108,9 +123,13 @@ func (s OpenSteps) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
 	if !page.OneBatch(opts.BatchSize) || len(page.Recipients) == 0 || len(page.Recipients) > opts.LocalDeliveryMax {
 		return res, nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, min(LocalDeliverTimeout, opts.DeliverTimeout))
+	// Within the local activity's deadline (DeliverBatch yields a call's
+	// time before it: the calls it starts end before the deadline).
+	dctx, cancel := context.WithTimeout(ctx, LocalDeliverBudget(opts.DeliverTimeout, opts.CallTimeout))
 	defer cancel()
-	d, err := s.Deliver(dctx, NewBatchInput(in.Event, prio, 0, prep.Message, opts, page.Recipients, nil))
+	bin := NewBatchInput(in.Event, prio, 0, prep.Message, opts, page.Recipients, nil)
+	bin.Rate, bin.PaceFrom = in.Rate, in.PaceFrom
+	d, err := s.Deliver(dctx, bin)
 	if err != nil {
 		res.DeliverError = err.Error()
 		if errors.As(err, &ae) {

@@ -3,7 +3,9 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/testsuite"
 
@@ -41,6 +43,7 @@ func TestOpen(t *testing.T) {
 			reg.MustRegister("t", h, fanout.TypeOptions{})
 			var s testsuite.WorkflowTestSuite
 			env := s.NewTestActivityEnvironment()
+			env.SetTestTimeout(time.Minute) // the local activity's deadline: time to deliver
 			acts := &activities.Activities{Registry: reg}
 			env.RegisterActivity(acts)
 			ev := event("open", tc.n)
@@ -123,5 +126,73 @@ func TestOpenPageFails(t *testing.T) {
 	res, err := steps.Open(t.Context(), activities.OpenInput{Event: event("open-reset", 3)})
 	if err != nil || res.Paged || res.Delivered || string(res.Prepared.Message.Body) != "hi" {
 		t.Fatalf("Open with a transient page error: %+v, %v; want prepared, not paged, no error", res, err)
+	}
+}
+
+// slowCalls is a handler whose calls take the time given per recipient and
+// end early only when their context does: cut counts those (a call cut
+// mid-way may have reached the destination without being marked, so the
+// retry would repeat it).
+type slowCalls struct {
+	audience
+	took map[string]time.Duration
+	cut  atomic.Int32
+}
+
+func (h *slowCalls) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipient, m fanout.Message) error {
+	select {
+	case <-time.After(h.took[r.ID]):
+	case <-ctx.Done():
+		h.cut.Add(1)
+		return ctx.Err()
+	}
+	return h.audience.Deliver(ctx, ev, r, m)
+}
+
+// TestOpenYieldsACallTimeoutBeforeItsDeadline: the fast path stops starting
+// calls at least the type's CallTimeout (and CallSlack) before its local
+// activity's deadline, so a call it starts ends, and is marked, before the
+// deadline cuts it; what it did not start goes to the delivery queue. With
+// little time left, it starts none.
+func TestOpenYieldsACallTimeoutBeforeItsDeadline(t *testing.T) {
+	const call = time.Second
+	for _, tc := range []struct {
+		name          string
+		deadline      time.Duration // the local activity's, from its start
+		took          map[string]time.Duration
+		wantDelivered bool
+	}{
+		// r1 starts at 0.7 s and may take the whole call timeout: it would
+		// end at 1.7 s, after the deadline.
+		{"little time left: no call started", 1500 * time.Millisecond, map[string]time.Duration{"r0": 700 * time.Millisecond, "r1": call}, false},
+		{"time for the calls: delivered", call + fanout.CallSlack + 3*time.Second, map[string]time.Duration{"r0": 700 * time.Millisecond, "r1": 300 * time.Millisecond}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &slowCalls{audience: audience{delivered: map[string]int{}}, took: tc.took}
+			reg := fanout.NewRegistry()
+			reg.MustRegister("t", h, fanout.TypeOptions{DeliverConcurrency: 1, CallTimeout: call})
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestActivityEnvironment()
+			env.SetTestTimeout(tc.deadline)
+			acts := &activities.Activities{Registry: reg}
+			env.RegisterActivity(acts)
+			v, err := env.ExecuteLocalActivity(acts.Open, activities.OpenInput{Event: event("open-yield", 2)})
+			if n := h.cut.Load(); n != 0 {
+				t.Fatalf("%d call(s) cut off by the local activity's deadline (%v from its start): started less than a call timeout (%v) before it; Open: %v", n, tc.deadline, call, err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res activities.OpenResult
+			if err := v.Get(&res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Delivered != tc.wantDelivered {
+				t.Errorf("delivered %v (%+v, error %q), want %v", res.Delivered, res.Delivery, res.DeliverError, tc.wantDelivered)
+			}
+			if !tc.wantDelivered && (res.DeliverError == "" || res.DeliverNonRetryable || len(h.delivered) != 0) {
+				t.Errorf("error %q (non-retryable %v), %d delivered; want the batch handed over untouched", res.DeliverError, res.DeliverNonRetryable, len(h.delivered))
+			}
+		})
 	}
 }

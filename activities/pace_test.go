@@ -6,6 +6,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/fanout/fanout"
 )
 
 // The pacer's bucket starts with what the lane is owed since PaceFrom, at
@@ -88,24 +90,28 @@ func TestPacerYieldsBeforeTheDeadlineAndStopsOnCancel(t *testing.T) {
 
 // TestYieldAt: a batch stops starting deliveries a tenth of its attempt's
 // time before the deadline, at least paceYieldMargin, at most half the
-// attempt; never without a deadline.
+// attempt, but always at least a call's time (its CallTimeout and
+// CallSlack), so the calls it started end before it; never without a
+// deadline.
 func TestYieldAt(t *testing.T) {
 	start := time.Now()
 	for _, tc := range []struct {
-		timeout, before time.Duration
+		timeout, call, before time.Duration
 	}{
-		{5 * time.Minute, 30 * time.Second},
-		{20 * time.Second, paceYieldMargin},
-		{4 * time.Second, 2 * time.Second},
+		{5 * time.Minute, 0, 30 * time.Second},
+		{5 * time.Minute, time.Minute, time.Minute + fanout.CallSlack},
+		{40 * time.Second, time.Second, time.Second + fanout.CallSlack},
+		{20 * time.Minute, time.Second, 2 * time.Minute},
+		{4 * time.Second, time.Second, time.Second + fanout.CallSlack},
 	} {
 		ctx, cancel := context.WithDeadline(context.Background(), start.Add(tc.timeout))
-		at, ok := yieldAt(ctx, start)
+		at, ok := yieldAt(ctx, start, tc.call)
 		cancel()
 		if want := start.Add(tc.timeout - tc.before); !ok || !at.Equal(want) {
-			t.Errorf("timeout %v: yield at %v (%v), want %v before the deadline", tc.timeout, at.Sub(start), ok, tc.before)
+			t.Errorf("timeout %v, calls of %v: yield at %v (%v), want %v before the deadline", tc.timeout, tc.call, at.Sub(start), ok, tc.before)
 		}
 	}
-	if _, ok := yieldAt(context.Background(), start); ok {
+	if _, ok := yieldAt(context.Background(), start, 0); ok {
 		t.Error("a context without a deadline yields")
 	}
 }

@@ -108,10 +108,6 @@ func Run(ctx context.Context, o Options) error {
 	if acts.Gate == nil {
 		log.Warn("dedup gate is OFF: duplicates are not suppressed")
 	}
-	slots := o.BatchSlots
-	if slots <= 0 {
-		slots = 8
-	}
 	// DeliverBatch outcomes and durations go to the fanout.* metrics.
 	icps := append([]interceptor.WorkerInterceptor{activities.MetricsInterceptor()}, o.Interceptors...)
 	var started []worker.Worker
@@ -125,33 +121,10 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
-		var w worker.Worker
+		w := worker.New(o.Client, tq, workerOptions(q, o, icps))
 		if q == vocab.QueueEvents {
-			w = worker.New(o.Client, tq, worker.Options{
-				MaxConcurrentActivityExecutionSize: 64,
-				// More pollers than the default two: event processing is
-				// many short workflow tasks.
-				MaxConcurrentWorkflowTaskPollers: 8,
-				MaxConcurrentActivityTaskPollers: 4,
-				WorkerStopTimeout:                10 * time.Second,
-				Interceptors:                     icps,
-			})
 			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
 		} else {
-			n := slots
-			if q == string(fanout.PriorityLow) {
-				n = o.LowPrioritySlots
-				if n <= 0 {
-					n = DefaultLowPrioritySlots(slots)
-				}
-			}
-			w = worker.New(o.Client, tq, worker.Options{
-				MaxConcurrentActivityExecutionSize: n,
-				MaxConcurrentActivityTaskPollers:   4,
-				MaxConcurrentWorkflowTaskPollers:   4,
-				WorkerStopTimeout:                  10 * time.Second,
-				Interceptors:                       icps,
-			})
 			w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: vocab.DeliveryBatchWorkflow})
 		}
 		w.RegisterActivity(acts)
@@ -163,6 +136,54 @@ func Run(ctx context.Context, o Options) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// DefaultBatchSlots is Options.BatchSlots when 0 (FANOUT_BATCH_SLOTS's
+// default).
+const DefaultBatchSlots = 8
+
+// batchSlots is BatchSlots, or its default.
+func (o Options) batchSlots() int {
+	if o.BatchSlots <= 0 {
+		return DefaultBatchSlots
+	}
+	return o.BatchSlots
+}
+
+// workerOptions are the worker options of queue q (vocab.QueueEvents or a
+// priority).
+func workerOptions(q string, o Options, icps []interceptor.WorkerInterceptor) worker.Options {
+	if q == vocab.QueueEvents {
+		return worker.Options{
+			MaxConcurrentActivityExecutionSize: 64,
+			// The fast path delivers small events in local activities, each
+			// with a batch's concurrency: as many at once as a delivery
+			// queue's batch slots, so the calls in flight are bounded alike
+			// (the SDK's default was 1,000). An event's Open waits for a
+			// slot within its local activity's schedule-to-close timeout.
+			MaxConcurrentLocalActivityExecutionSize: o.batchSlots(),
+			// More pollers than the default two: event processing is
+			// many short workflow tasks.
+			MaxConcurrentWorkflowTaskPollers: 8,
+			MaxConcurrentActivityTaskPollers: 4,
+			WorkerStopTimeout:                10 * time.Second,
+			Interceptors:                     icps,
+		}
+	}
+	n := o.batchSlots()
+	if q == string(fanout.PriorityLow) {
+		n = o.LowPrioritySlots
+		if n <= 0 {
+			n = DefaultLowPrioritySlots(o.batchSlots())
+		}
+	}
+	return worker.Options{
+		MaxConcurrentActivityExecutionSize: n,
+		MaxConcurrentActivityTaskPollers:   4,
+		MaxConcurrentWorkflowTaskPollers:   4,
+		WorkerStopTimeout:                  10 * time.Second,
+		Interceptors:                       icps,
+	}
 }
 
 // DefaultLowPrioritySlots is the low-priority queue's batch slots when

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -18,6 +19,10 @@ type DeliveryBatchInput struct {
 	activities.DeliverBatchInput
 	BatchNo int
 	Timeout time.Duration
+	// CallTimeout is the type's (fanout.TypeOptions.CallTimeout): the
+	// activity's heartbeat timeout derives from it. 0 (inputs from before
+	// it, redrives): fanout.DefaultCallTimeout.
+	CallTimeout time.Duration `json:",omitempty"`
 }
 
 // DeliveryBatchResult reports the batch's per-recipient outcomes.
@@ -28,20 +33,27 @@ type DeliveryBatchResult = activities.DeliverBatchResult
 // still failing after MaxAttempts come back in the result's Failures.
 func DeliveryBatch(ctx workflow.Context, in DeliveryBatchInput) (DeliveryBatchResult, error) {
 	var res DeliveryBatchResult
-	err := workflow.ExecuteActivity(deliverContext(ctx, in.Timeout, ""), a.DeliverBatch, in.DeliverBatchInput).Get(ctx, &res)
+	err := workflow.ExecuteActivity(deliverContext(ctx, in.Timeout, in.CallTimeout, ""), a.DeliverBatch, in.DeliverBatchInput).Get(ctx, &res)
 	return res, err
 }
 
 // deliverContext sets the options of the DeliverBatch activity, on taskQueue
-// ("" = the workflow's own).
-func deliverContext(ctx workflow.Context, timeout time.Duration, taskQueue string) workflow.Context {
+// ("" = the workflow's own), with attempts of timeout and calls of
+// callTimeout (0: their defaults).
+func deliverContext(ctx workflow.Context, timeout, callTimeout time.Duration, taskQueue string) workflow.Context {
 	if timeout <= 0 {
 		timeout = fanout.DefaultDeliverTimeout
 	}
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           taskQueue,
 		StartToCloseTimeout: timeout,
-		HeartbeatTimeout:    15 * time.Second, // a killed worker's batch is retried after this
+		// The child's run has the same bound; an event's one batch run
+		// without a child has only this one.
+		ScheduleToCloseTimeout: batchRunTimeout,
+		// A killed worker's batch is retried after this. The batch
+		// heartbeats between calls, so a call may hold its heartbeat for
+		// the call timeout.
+		HeartbeatTimeout: cmp.Or(callTimeout, fanout.DefaultCallTimeout) + fanout.CallSlack,
 		RetryPolicy: &temporal.RetryPolicy{
 			// DeliverBatch sets the next delay itself (backoff with jitter,
 			// Retry-After); these apply to crashes and Redis outages, which
@@ -53,3 +65,10 @@ func deliverContext(ctx workflow.Context, timeout time.Duration, taskQueue strin
 		},
 	})
 }
+
+// batchRunTimeout bounds a delivery batch end to end, retries included:
+// the DeliveryBatch child's run, and the one batch of an event that runs
+// as an activity without a child (its schedule-to-close). A batch still
+// retrying then (a destination limit or breaker that never lets it
+// finish) fails, and its recipients are dead-lettered with the reason.
+const batchRunTimeout = 24 * time.Hour

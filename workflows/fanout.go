@@ -269,13 +269,21 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		var o activities.OpenResult
 		opened := false
 		if in.Flow >= FlowOpen {
+			if !r.holdWhilePaused() {
+				return r.finish(temporal.NewCanceledError())
+			}
+			rate, from := r.inlinePace()
+			// Prepare and a page within 30 s, as when they were three, and a
+			// delivery within its budget (with calls of the default timeout;
+			// a type's longer calls leave Open less time to start them).
+			// Schedule-to-close: the wait for a local-activity slot counts.
+			open := 30*time.Second + activities.LocalDeliverBudget(0, 0)
 			octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-				// Prepare and a page within 30 s, and a delivery within
-				// LocalDeliverTimeout, as when they were three.
-				StartToCloseTimeout: 30*time.Second + activities.LocalDeliverTimeout,
-				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+				ScheduleToCloseTimeout: open,
+				StartToCloseTimeout:    open,
+				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 			})
-			err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event}).Get(ctx, &o)
+			err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
 			var ae *temporal.ApplicationError
 			switch {
 			case err == nil:
@@ -539,7 +547,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            vocab.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
 		TaskQueue:             vocab.DeliveryTaskQueue(st.Priority),
-		WorkflowRunTimeout:    24 * time.Hour,
+		WorkflowRunTimeout:    batchRunTimeout,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		// The batch and its activity dispatch fairly against other events'
@@ -552,6 +560,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		DeliverBatchInput: bin,
 		BatchNo:           n,
 		Timeout:           opts.DeliverTimeout,
+		CallTimeout:       opts.CallTimeout,
 	})
 	r.pending++
 	r.prog.BatchesStarted++
@@ -790,6 +799,7 @@ func (r *fanoutRun) deliverRemote(o activities.OpenResult) (FanoutResult, error)
 	r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
 	r.setDetails()
 	in := r.batchInput(0, recips, nil)
+	in.Rate, in.PaceFrom = r.inlinePace()
 	var res activities.DeliverBatchResult
 	var err error
 	switch {
@@ -802,7 +812,7 @@ func (r *fanoutRun) deliverRemote(o activities.OpenResult) (FanoutResult, error)
 		workflow.GetLogger(ctx).Warn("local delivery did not finish; retrying as an activity", "error", o.DeliverError)
 	}
 	if err == nil {
-		err = workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority)), a.DeliverBatch, in).Get(ctx, &res)
+		err = workflow.ExecuteActivity(deliverContext(ctx, st.Options.DeliverTimeout, st.Options.CallTimeout, vocab.DeliveryTaskQueue(st.Priority)), a.DeliverBatch, in).Get(ctx, &res)
 	}
 	return r.settleInline(in, res, err)
 }
@@ -821,16 +831,16 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		r.setDetails()
 		var res activities.DeliverBatchResult
 		in := r.batchInput(0, recips, nil)
-		if r.prog.Rate > 0 {
-			// Set before the first page: the one batch has the whole cap.
-			in.Rate, in.PaceFrom = r.prog.Rate, workflow.Now(ctx)
-		}
-		dctx := deliverContext(ctx, st.Options.DeliverTimeout, vocab.DeliveryTaskQueue(st.Priority))
+		in.Rate, in.PaceFrom = r.inlinePace()
+		dctx := deliverContext(ctx, st.Options.DeliverTimeout, st.Options.CallTimeout, vocab.DeliveryTaskQueue(st.Priority))
 		var err error
 		if len(recips) <= st.Options.LocalDeliveryMax {
+			// Schedule-to-close: the wait for a local-activity slot counts.
+			budget := activities.LocalDeliverBudget(st.Options.DeliverTimeout, st.Options.CallTimeout)
 			lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-				StartToCloseTimeout: min(activities.LocalDeliverTimeout, st.Options.DeliverTimeout),
-				RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+				ScheduleToCloseTimeout: budget,
+				StartToCloseTimeout:    budget,
+				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 			})
 			err = localThenRemote(ctx, lctx, dctx, a.DeliverBatch, in, &res)
 		} else {
@@ -839,6 +849,29 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 		return r.settleInline(in, res, err)
 	}
 	return r.finish(nil)
+}
+
+// inlinePace is the pace of an event's one batch run without a child (in
+// Open, or as an activity): the whole rate cap, set before the first page
+// (while the event waited for its time, say), from now; none without a cap.
+func (r *fanoutRun) inlinePace() (float64, time.Time) {
+	if r.prog.Rate <= 0 {
+		return 0, time.Time{}
+	}
+	return r.prog.Rate, workflow.Now(r.ctx)
+}
+
+// holdWhilePaused holds an event paused before it opened (while it waited
+// for its time) until it is resumed, so that Open, which may deliver, runs
+// only then; false means it was canceled meanwhile. Histories from before
+// the hold (which opened a paused event at once: the fast path then
+// delivered it) replay without it; only a paused event records the marker.
+func (r *fanoutRun) holdWhilePaused() bool {
+	if !r.prog.Paused || workflow.GetVersion(r.ctx, "hold-paused-before-open", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return true
+	}
+	r.waitWhilePaused()
+	return r.ctx.Err() == nil
 }
 
 // settleInline accounts for an event's one batch, run as an activity

@@ -92,6 +92,7 @@ type recorder struct {
 	inflight    int      // DeliverBatch calls in progress
 	maxInflight int
 	delivers    []deliverCall
+	heartbeats  []time.Duration // HeartbeatTimeout of each DeliverBatch activity (not local)
 	paced       []pacedCall
 	// deadLettered: DeadLetterBatch calls, attempt id -> reason.
 	deadLettered map[string]string
@@ -221,6 +222,9 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		rec.inflight--
 		info := activity.GetInfo(ctx)
 		rec.delivers = append(rec.delivers, deliverCall{local: info.IsLocalActivity, queue: info.TaskQueue})
+		if !info.IsLocalActivity {
+			rec.heartbeats = append(rec.heartbeats, info.HeartbeatTimeout)
+		}
 		rec.paced = append(rec.paced, pacedCall{rate: in.Rate, from: in.PaceFrom, end: env.Now(), attempts: in.AttemptID})
 		if in.Ref != nil {
 			// A staged batch: the workflow passed only the ref.
@@ -1003,6 +1007,84 @@ func TestFanoutOpenIsOneLocalActivity(t *testing.T) {
 			}
 			if res.Delivered != 20 || res.BatchesCompleted != 1 || len(rec.childIDs) != 0 {
 				t.Errorf("result %+v, children %v", res.Progress, rec.childIDs)
+			}
+		})
+	}
+}
+
+// TestFanoutInlineBatchIsBounded: an event's one batch run as an activity
+// without a child (over LocalDeliveryMax, or handed over by the fast path)
+// is bounded as a child's batch is (its WorkflowRunTimeout): a DeliverBatch
+// that keeps asking to be retried (a destination limit slower than its
+// calls, a breaker that never closes) times out within batchRunTimeout, and
+// its recipients are counted failed and dead-lettered. (The test
+// environment stops retries after 10 attempts where the server would go on
+// for ever: 4 h apart, they outlast the bound.)
+func TestFanoutInlineBatchIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+	}{{"over the local limit", 150}, {"handed over by the fast path", 20}} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			fx := fixture{Event: testEvent("ev-inline-bound"), Audience: tc.n, Options: fanout.TypeOptions{LocalDeliveryMax: 100},
+				DeliverErr: func(activities.DeliverBatchInput) error {
+					calls++
+					return temporal.NewApplicationErrorWithOptions("destination limit: all left to the next attempt", activities.ErrDeliveryRetry,
+						temporal.ApplicationErrorOptions{NextRetryDelay: 4 * time.Hour})
+				}}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			start := env.Now()
+			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: FlowOpen})
+			// The hand-over waits the fast path's NextRetryDelay (4 h) first.
+			if el := env.Now().Sub(start); el > batchRunTimeout+5*time.Hour {
+				t.Errorf("the inline batch ran %d times over %v: not bounded by %v", calls, el, batchRunTimeout)
+			}
+			if res.Failed != int64(tc.n) || res.BatchErrors != 1 || res.DeadLettered != int64(tc.n) {
+				t.Errorf("result %+v, want %d failed and dead-lettered", res.Progress, tc.n)
+			}
+		})
+	}
+}
+
+// TestDeliverHeartbeatFollowsCallTimeout: a batch heartbeats between calls,
+// so one call may hold its heartbeat for the type's CallTimeout (the stock
+// type's FANOUT_HTTP_TIMEOUT): every DeliverBatch activity's heartbeat
+// timeout is derived from it, a child's and an event's one batch alike;
+// with a fixed 15 s, calls of 40 s had the batch retried while they were in
+// flight.
+func TestDeliverHeartbeatFollowsCallTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		n        int
+		call     time.Duration
+		children int
+	}{
+		{"children, default call timeout", 250, 0, 3},
+		{"children, 40s calls", 250, 40 * time.Second, 3},
+		{"one batch without a child, 40s calls", 150, 40 * time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := fanout.TypeOptions{BatchSize: 200, LocalDeliveryMax: 100, CallTimeout: tc.call}
+			if tc.children > 0 {
+				opts.BatchSize, opts.PageSize = 100, 100
+			}
+			fx := fixture{Event: testEvent("ev-heartbeat"), Audience: tc.n, Options: opts}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: FlowOpen})
+			if res.Delivered != int64(tc.n) || len(rec.childIDs) != tc.children {
+				t.Fatalf("result %+v, children %v", res.Progress, rec.childIDs)
+			}
+			want := opts.WithDefaults().CallTimeout + fanout.CallSlack
+			if len(rec.heartbeats) == 0 {
+				t.Fatal("no DeliverBatch activity")
+			}
+			for _, hb := range rec.heartbeats {
+				if hb != want {
+					t.Errorf("DeliverBatch heartbeat timeout %v, want %v (the call timeout %v and the slack)", hb, want, opts.WithDefaults().CallTimeout)
+				}
 			}
 		})
 	}

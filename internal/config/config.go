@@ -402,7 +402,7 @@ var typeOptionVars = strings.NewReplacer(
 	"BatchSize:", "FANOUT_BATCH_SIZE:", "PageSize:", "FANOUT_PAGE_SIZE:", "Window:", "FANOUT_WINDOW:",
 	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
 	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:", "LargeBatchSize:", "FANOUT_LARGE_BATCH_SIZE:",
-	"Semantics:", "FANOUT_SEMANTICS:",
+	"Semantics:", "FANOUT_SEMANTICS:", "CallTimeout:", "FANOUT_HTTP_TIMEOUT:",
 	"DestinationRate:", "FANOUT_DESTINATION_RATE:", "BreakerCooldown:", "FANOUT_BREAKER_COOLDOWN:")
 
 // Webhook is the stock webhook type's handler as configured.
@@ -443,8 +443,8 @@ func (w *Worker) signer() (*webhook.Signer, error) {
 }
 
 // deliveriesInFlight is the most deliveries the process makes at once: the
-// batch slots of each delivery queue it serves times the concurrency of a
-// batch (at least 64, the idle pool of a process serving only events).
+// batch slots of each queue it serves (the events queue's fast path runs in
+// as many local-activity slots) times the concurrency of a batch.
 func (w *Worker) deliveriesInFlight() int {
 	conc := w.DeliverConcurrency
 	if conc <= 0 {
@@ -453,7 +453,6 @@ func (w *Worker) deliveriesInFlight() int {
 	slots := 0
 	for _, q := range w.Queues {
 		switch q {
-		case vocab.QueueEvents:
 		case string(fanout.PriorityLow):
 			slots += cmp.Or(w.LowPrioritySlots, workers.DefaultLowPrioritySlots(w.BatchSlots))
 		default:
@@ -469,6 +468,7 @@ func (w *Worker) TypeOptions() fanout.TypeOptions {
 		BatchSize: w.BatchSize, PageSize: w.PageSize, Window: w.Window,
 		DeliverConcurrency: w.DeliverConcurrency, MaxAttempts: w.MaxAttempts,
 		LocalDeliveryMax: w.LocalDeliveryMax, LargeBatchSize: w.LargeBatchSize,
+		CallTimeout:     w.HTTPTimeout,
 		Semantics:       w.Semantics,
 		DestinationRate: w.DestinationRate, BreakerFailures: w.BreakerFailures, BreakerCooldown: w.BreakerCooldown,
 	}

@@ -58,7 +58,10 @@ func TestLoadDefaults(t *testing.T) {
 		{"Worker.GateTTL", w.GateTTL, 168 * time.Hour},
 		{"Worker.Queues", w.Queues, []string{"events", "high", "normal", "low"}},
 		{"Worker.RecipientsURL", w.RecipientsURL, ""},
-		{"Worker.HTTPTimeout", w.HTTPTimeout, 10 * time.Second},
+		// The env default and the type's (for a handler of one's own) agree.
+		{"Worker.HTTPTimeout", w.HTTPTimeout, fanout.DefaultCallTimeout},
+		// The heartbeat and the yields are derived from the HTTP timeout.
+		{"Worker.TypeOptions().CallTimeout", w.TypeOptions().CallTimeout, w.HTTPTimeout},
 		{"Worker.BatchSlots", w.BatchSlots, 8},
 		{"Worker.Dedup", w.Dedup, true},
 		{"Worker.LogLevel", w.LogLevel, "info"},
@@ -247,6 +250,10 @@ func TestLoadBadValues(t *testing.T) {
 		{"a signing secret without whsec_", worker, map[string]string{"FANOUT_WEBHOOK_SECRETS": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw,MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "FANOUT_WEBHOOK_SECRETS"},
 		{"window over its limit", worker, map[string]string{"FANOUT_WINDOW": "501"}, "FANOUT_WINDOW"},
 		{"HTTP timeout negative", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "-1s"}, "FANOUT_HTTP_TIMEOUT"},
+		// A batch heartbeats between calls and yields a call's time before
+		// its attempt's deadline (DeliverTimeout, 5m): a call of 3m leaves
+		// neither.
+		{"HTTP timeout a batch cannot heartbeat and yield within", worker, map[string]string{"FANOUT_HTTP_TIMEOUT": "3m"}, "FANOUT_HTTP_TIMEOUT"},
 		{"outbound allow-list with a bad prefix", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "FANOUT_OUTBOUND_ALLOW"},
 		{"outbound allow-list with a host name", worker, map[string]string{"FANOUT_OUTBOUND_ALLOW": "metadata.internal"}, "FANOUT_OUTBOUND_ALLOW"},
 		{"recipients URL allow-list with a file URL", worker, map[string]string{"FANOUT_RECIPIENTS_URL_ALLOW": "file:///etc/"}, "FANOUT_RECIPIENTS_URL_ALLOW"},
@@ -344,11 +351,12 @@ func TestDeliveriesInFlight(t *testing.T) {
 		slots, low, con int
 		want            int
 	}{
-		{[]string{"events", "high", "normal", "low"}, 8, 0, 0, (8 + 8 + 1) * fanout.DefaultDeliverConcurrency},
+		// The events queue's fast path delivers in its batch slots too.
+		{[]string{"events", "high", "normal", "low"}, 8, 0, 0, (8 + 8 + 8 + 1) * fanout.DefaultDeliverConcurrency},
 		{[]string{"high", "normal"}, 8, 0, 0, 16 * fanout.DefaultDeliverConcurrency},
 		{[]string{"low"}, 8, 5, 100, 500},
 		{[]string{"normal"}, 32, 0, 16, 512},
-		{[]string{"events"}, 8, 0, 0, 64},
+		{[]string{"events"}, 8, 0, 0, 8 * fanout.DefaultDeliverConcurrency},
 	} {
 		w := Worker{Queues: c.queues, BatchSlots: c.slots, LowPrioritySlots: c.low, DeliverConcurrency: c.con}
 		if got := w.deliveriesInFlight(); got != c.want {
