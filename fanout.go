@@ -64,6 +64,20 @@ type Message struct {
 	Body        []byte `json:"body"`
 }
 
+// Validate reports what makes m unsendable: a content type with a control
+// byte (0x00-0x1f, 0x7f; tab included). net/http refuses such a header
+// value, and mime.ParseMediaType accepts one in a quoted parameter, so the
+// message is refused when it is built (invalid_message) rather than have
+// every delivery fail.
+func (m Message) Validate() error {
+	for i := 0; i < len(m.ContentType); i++ {
+		if c := m.ContentType[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("content type %.64q has a control byte at %d", m.ContentType, i)
+		}
+	}
+	return nil
+}
+
 // Handler holds the three user functions of one event type.
 //
 // GetRecipients returns the page at cursor ("" is the first page) with at

@@ -57,7 +57,18 @@ const (
 	ErrUnknownEventType = "UnknownEventType"
 	ErrDeliveryRetry    = "DeliveryRetry"
 	ErrMessageTooLarge  = "MessageTooLarge"
+	ErrInvalidMessage   = "InvalidMessage"
 )
+
+// invalidMessage is the error of a message fanout.Message.Validate refuses
+// (nil when it passes): non-retryable, so the event (Prepare) or the batch
+// (a redrive of a forged dead letter) fails before any delivery.
+func invalidMessage(m fanout.Message) error {
+	if err := m.Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError("invalid_message: "+err.Error(), ErrInvalidMessage, nil)
+	}
+	return nil
+}
 
 func (a *Activities) handler(eventType string) (fanout.Handler, fanout.TypeOptions, error) {
 	h, opts, ok := a.Registry.Lookup(eventType)
@@ -93,6 +104,9 @@ func (a *Activities) Prepare(ctx context.Context, in PrepareInput) (PrepareResul
 	if n := len(msg.Body) + len(msg.ContentType); n > fanout.MaxMessageBytes {
 		return PrepareResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message_too_large: the generated message is %d bytes, over %d", n, fanout.MaxMessageBytes), ErrMessageTooLarge, nil)
+	}
+	if err := invalidMessage(msg); err != nil {
+		return PrepareResult{}, err
 	}
 	if opts.LocalDeliveryMax == 0 {
 		// Resolved here so that the workflow's choice comes from this
@@ -353,6 +367,9 @@ type outcome struct {
 func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
 	h, opts, err := a.handler(in.Event.Type)
 	if err != nil {
+		return DeliverBatchResult{}, err
+	}
+	if err := invalidMessage(in.Message); err != nil {
 		return DeliverBatchResult{}, err
 	}
 	if ctx, err = a.useSemantics(ctx, &in, opts); err != nil {
