@@ -62,7 +62,9 @@ func ResolveBreaker(o fanout.TypeOptions) BreakerSettings {
 }
 
 // ErrOpen is the error of a delivery not made because its destination's
-// breaker is open: transient, with the cooldown as its Retry-After.
+// breaker is open: transient, with the cooldown as its Retry-After, and
+// marked fanout.NotSent (it was never sent), so an at-most-once delivery
+// is retried after the cooldown too.
 var ErrOpen = errors.New("circuit_open")
 
 // IsFailure reports whether a call's error counts against its destination:
@@ -109,7 +111,7 @@ type Breaker struct {
 }
 
 // Do calls call through the breaker of dest of the type. It returns
-// rejected and ErrOpen (wrapped with the cooldown as Retry-After) without
+// rejected and ErrOpen (wrapped with the cooldown as Retry-After, not sent) without
 // calling when the breaker is open, or half-open with its trial call under
 // way.
 func (b *Breakers) Do(eventType, dest string, s BreakerSettings, call func() error) (rejected bool, err error) {
@@ -169,7 +171,7 @@ func (b *Breaker) Do(call func() error) (rejected bool, err error) {
 	})
 	b.sync()
 	if !called && (errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)) {
-		return true, fanout.RetryAfter(b.cooldown, ErrOpen)
+		return true, fanout.NotSent(fanout.RetryAfter(b.cooldown, ErrOpen))
 	}
 	return false, err
 }
