@@ -73,6 +73,61 @@ func CleanKey(k string) string {
 	return b.String() + tail
 }
 
+// HostKey is the canonical destination key of an address's host (host or
+// host:port, as in a URL) under scheme ("http", "https"): lower-case, the
+// host name without its trailing dot, the port without leading zeros and
+// without the scheme's default (80, 443), so that "h", "h." and "h:443"
+// under https are one destination. An unchanged host is returned as is
+// (no allocation on the delivery path).
+func HostKey(scheme, host string) string {
+	host = strings.ToLower(host)
+	name, port, hasPort := host, "", false
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		name, port, hasPort = host[:i], host[i+1:], true
+	}
+	p := strings.TrimLeft(port, "0")
+	if p == "" && port != "" {
+		p = "0"
+	}
+	trimmed := strings.TrimRight(name, ".")
+	if trimmed == "" {
+		trimmed = name
+	}
+	if p == "" || scheme == "https" && p == "443" || scheme == "http" && p == "80" {
+		if !hasPort && trimmed == name {
+			return host
+		}
+		return trimmed
+	}
+	if trimmed == name && p == port {
+		return host
+	}
+	return trimmed + ":" + p
+}
+
+// ParseKey reads a destination key as an operator names it (`starter
+// limits -dest`): a key as the workers compute it, in any case. It refuses
+// what no destination has as its key: a URL or path, bytes outside the
+// key's, a trailing dot (the key of "h." is "h"), more than MaxKeyLen
+// bytes; such a limit would never apply.
+func ParseKey(s string) (string, error) {
+	k := strings.ToLower(s)
+	switch {
+	case k == "":
+		return "", errors.New("empty destination key")
+	case strings.Contains(k, "://"):
+		return "", fmt.Errorf("%.64q is a URL, not a destination key (the webhook type's is the address's host[:port], e.g. hooks.example.com)", s)
+	case len(k) > MaxKeyLen:
+		return "", fmt.Errorf("destination key of %d bytes, over %d", len(k), MaxKeyLen)
+	case !clean(k):
+		return "", fmt.Errorf("%.64q cannot be a destination key (letters, digits and .-_:[]~ only)", s)
+	}
+	if name, _, _ := strings.Cut(k, ":"); strings.HasSuffix(name, ".") && !strings.HasPrefix(k, "[") {
+		return "", fmt.Errorf("%.64q cannot be a destination key: keys name a host without its trailing dot", s)
+	}
+	return k, nil
+}
+
 // keyBytes are the bytes of a clean key.
 var keyBytes = func() (t [256]bool) {
 	for c := range 256 {
