@@ -240,6 +240,13 @@ type DestinationKeyer interface {
 	DestinationKey(r Recipient) string
 }
 
+// MinRate is the slowest rate fanout accepts, in calls per second: one call
+// an hour (a destination's limit, a type's DestinationRate, an event's
+// set-rate; 0 is no limit). A rate slower than one call per batch attempt
+// is kept by waiting: the batch's retry comes back when its next call is
+// due, never sooner.
+const MinRate = 1.0 / 3600
+
 // Defaults for TypeOptions.
 const (
 	DefaultBatchSize          = 1000
@@ -328,8 +335,8 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("MaxRecipients: %d is negative", o.MaxRecipients)
 	case !o.Semantics.Valid():
 		return fmt.Errorf("Semantics: unknown %q (want %s or %s)", o.Semantics, AtLeastOnce, AtMostOnce)
-	case o.DestinationRate < 0:
-		return fmt.Errorf("DestinationRate: %v is negative", o.DestinationRate)
+	case o.DestinationRate < 0 || o.DestinationRate > 0 && o.DestinationRate < MinRate:
+		return fmt.Errorf("DestinationRate: %v is negative or under MinRate (one call an hour)", o.DestinationRate)
 	case o.BreakerCooldown < 0:
 		return fmt.Errorf("BreakerCooldown: %v is negative", o.BreakerCooldown)
 	case o.LocalDeliveryMax > MaxBatchSize:

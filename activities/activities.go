@@ -346,7 +346,40 @@ type deliverProgress struct {
 	// Destinations: the busiest throttled or broken destinations so far
 	// (destinations.go; a retry goes on from them).
 	Destinations []DestinationStat `json:",omitempty"`
+	// PaceDue is when the next delivery of an attempt that yielded to its
+	// rate cap (PaceAttempt) was due: the next attempt, which waited until
+	// then, goes on with that schedule (resumeFrom).
+	PaceDue     time.Time `json:",omitzero"`
+	PaceAttempt int32     `json:",omitempty"`
 }
+
+// lastProgress is the last heartbeat of the attempts before this one
+// (none: zero).
+func lastProgress(ctx context.Context) deliverProgress {
+	var p deliverProgress
+	if activity.HasHeartbeatDetails(ctx) && activity.GetHeartbeatDetails(ctx, &p) != nil {
+		return deliverProgress{}
+	}
+	return p
+}
+
+// leftOver is what an attempt left to the next: n recipients, the first of
+// them due at due when a rate (the cap, a destination's limit) held them
+// past the attempt's deadline (zero: at once).
+type leftOver struct {
+	n   int
+	due time.Time
+}
+
+// retryDelay is when the next attempt goes on with what was left: when it
+// is due, so a rate slower than one call per attempt waits on Temporal's
+// timer instead of coming back to yield again (at least minLeftRetry).
+func (l leftOver) retryDelay(now time.Time) time.Duration {
+	return max(minLeftRetry, l.due.Sub(now))
+}
+
+// minLeftRetry is how soon an attempt that left recipients is retried.
+const minLeftRetry = 100 * time.Millisecond
 
 type outcome struct {
 	r          fanout.Recipient
@@ -405,13 +438,13 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		observeRetried(ctx, in, len(retry))
 		return DeliverBatchResult{}, a.retryError(in, retry)
 	}
-	if left > 0 {
+	if left.n > 0 {
 		// Paced, throttled or slow past the attempt's deadline: the next
 		// attempt presents the same attempt id, skips what this one
-		// delivered and goes on.
+		// delivered and goes on, when its next delivery is due.
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, dests), left, len(in.Recipients)),
-			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
+			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, dests), left.n, len(in.Recipients)),
+			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: left.retryDelay(time.Now())})
 	}
 	if len(giveUp) > 0 && a.Logger != nil {
 		a.Logger.WarnContext(ctx, "batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
@@ -634,7 +667,7 @@ func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
 //
 // A recipient whose destination is over its limit or behind an open
 // breaker does not hold the feed or a slot (destFeed, destinations.go).
-func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left int, _ []DestinationStat, braked int, _ error) {
+func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left leftOver, _ []DestinationStat, braked int, _ error) {
 	conc := in.Concurrency
 	if a.DeliverConcurrency > 0 {
 		conc = a.DeliverConcurrency
@@ -726,6 +759,11 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		beat()
 	}
 	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, beatLocked)
+	if prev := lastProgress(ctx); !prev.PaceDue.IsZero() && prev.PaceAttempt+1 == activity.GetInfo(ctx).Attempt {
+		// The attempt before yielded to the cap and this one waited until
+		// its next delivery was due: go on with its schedule.
+		pace = newPacer(in.Rate, resumeFrom(prev.PaceDue, in.Rate), time.Now(), 1, beatLocked)
+	}
 	low := in.Priority == fanout.PriorityLow
 	src := &feeder{f: dfeed, todo: todo}
 	yield, hasDeadline := yieldAt(ctx, time.Now())
@@ -733,7 +771,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 feed:
 	for {
 		if hasDeadline && src.more() && time.Now().After(yield) {
-			left = src.remaining()
+			left.n = src.remaining()
 			break feed
 		}
 		if src.more() {
@@ -750,8 +788,8 @@ feed:
 				}
 			}
 			if err != nil {
-				if errors.Is(err, errPaceDeadline) {
-					left = src.remaining()
+				if due, ok := paceDue(err); ok {
+					left = leftOver{n: src.remaining(), due: due}
 				}
 				break feed
 			}
@@ -761,8 +799,8 @@ feed:
 		}
 		j, ok, err := src.next(gctx)
 		if !ok {
-			if errors.Is(err, errPaceDeadline) {
-				left = src.remaining()
+			if due, yielded := paceDue(err); yielded {
+				left = leftOver{n: src.remaining(), due: due}
 			} else if err != nil && gctx.Err() == nil {
 				feedErr = err // the limiter's Redis: retry the batch
 			}
@@ -778,18 +816,24 @@ feed:
 	werr := g.Wait()
 	close(marks)
 	if ferr := <-flushed; ferr != nil {
-		return nil, 0, nil, 0, ferr
+		return nil, leftOver{}, nil, 0, ferr
 	}
 	if werr != nil {
-		return nil, 0, nil, 0, werr
+		return nil, leftOver{}, nil, 0, werr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, nil, 0, err
+		return nil, leftOver{}, nil, 0, err
 	}
 	if feedErr != nil {
-		return nil, 0, nil, 0, feedErr
+		return nil, leftOver{}, nil, 0, feedErr
 	}
-	dfeed.finalBeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+	final := deliverProgress{Done: done, Total: len(in.Recipients)}
+	if !left.due.IsZero() {
+		final.PaceDue, final.PaceAttempt = left.due, activity.GetInfo(ctx).Attempt
+		heartbeatDetail(ctx, dfeed, final) // the next attempt goes on from it
+	} else {
+		dfeed.finalBeat(ctx, final)
+	}
 	return out, left, dfeed.results(), braked, nil
 }
 

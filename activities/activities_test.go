@@ -459,3 +459,34 @@ func TestAMessageNetHTTPWouldRefuseIsRefusedBeforeAnyDelivery(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliverBatchSlowerThanAnAttemptWaitsForItsTime (issue 23, item 8): a
+// batch paced slower than one call per attempt (here one a minute, the
+// attempt 7 s) delivers what is due, then asks to be retried when its next
+// call is due, not in 100 ms (an attempt every 100 ms for a minute).
+func TestDeliverBatchSlowerThanAnAttemptWaitsForItsTime(t *testing.T) {
+	h := &audience{delivered: map[string]int{}}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	actx, cancel := context.WithTimeout(context.Background(), paceAttempt)
+	defer cancel()
+	start := time.Now()
+	_, err := runDeliverBatch(&activities.Activities{Registry: reg}, activities.DeliverBatchInput{
+		Event: event("slow-rate", 3), AttemptID: "a#0", Recipients: recipients(3), MaxAttempts: 1, Concurrency: 1,
+		Rate: 1.0 / 60, PaceFrom: start.Add(-time.Minute)}, // owed one call
+		worker.Options{BackgroundActivityContext: actx})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrDeliveryRetry {
+		t.Fatalf("err %v, want a retry of the recipients left", err)
+	}
+	if len(h.delivered) != 1 {
+		t.Errorf("%d delivered, want the one call owed", len(h.delivered))
+	}
+	if d := ae.NextRetryDelay(); d < 50*time.Second || d > time.Minute {
+		t.Errorf("retry in %v, want when the next call is due (~60s after the first)", d)
+	}
+}
+
+// paceAttempt is the attempt of the slow-rate test: longer than
+// paceYieldMargin, far shorter than a minute.
+const paceAttempt = 7 * time.Second

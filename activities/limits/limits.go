@@ -25,6 +25,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fanout/fanout"
 )
 
 // MaxKeyLen bounds a destination key as it appears in Redis keys, results,
@@ -160,7 +162,8 @@ func RateKey(eventType, dest string) string { return "fanout:rate:" + eventType 
 func ConfigKey(eventType string) string { return "fanout:limits:" + eventType }
 
 // ParseRate reads a rate in calls per second: "200", "200/s", "12.5/s",
-// "600/m", "3600/h"; "0", "off" and "none" are no limit (0).
+// "600/m", "3600/h", at least fanout.MinRate ("1/h"); "0", "off" and "none"
+// are no limit (0).
 func ParseRate(s string) (float64, error) {
 	t := strings.TrimSpace(strings.ToLower(s))
 	switch t {
@@ -187,10 +190,18 @@ func ParseRate(s string) (float64, error) {
 		return 0, fmt.Errorf("rate %.32q: not a number (want e.g. 200/s, 600/m or off)", s)
 	}
 	f /= per
-	if f < 0 || f > MaxRate {
-		return 0, fmt.Errorf("rate %.32q: outside 0..%v/s", s, MaxRate)
+	if err := checkRate(f); err != nil {
+		return 0, fmt.Errorf("rate %.32q: %w", s, err)
 	}
 	return f, nil
+}
+
+// checkRate refuses a rate outside MinRate..MaxRate (0: no limit).
+func checkRate(f float64) error {
+	if math.IsNaN(f) || f < 0 || f > MaxRate || f > 0 && f < fanout.MinRate {
+		return fmt.Errorf("outside 1/h (fanout.MinRate)..%v/s, or off", MaxRate)
+	}
+	return nil
 }
 
 // FormatRate writes a rate as ParseRate reads it ("200/s", "off").
@@ -228,8 +239,8 @@ type Store struct{ RDB redis.UniversalClient }
 
 // Set sets the type's default (dest "") or a destination's limit.
 func (s Store) Set(ctx context.Context, eventType, dest string, perSecond float64) error {
-	if perSecond < 0 || perSecond > MaxRate || math.IsNaN(perSecond) {
-		return fmt.Errorf("rate %v outside 0..%v/s", perSecond, MaxRate)
+	if err := checkRate(perSecond); err != nil {
+		return fmt.Errorf("rate %v: %w", perSecond, err)
 	}
 	return s.RDB.HSet(ctx, ConfigKey(eventType), field(dest), strconv.FormatFloat(perSecond, 'g', -1, 64)).Err()
 }
