@@ -28,14 +28,7 @@ func TestOneEventCannotTripAnotherEventsBreaker(t *testing.T) {
 	defer cancel()
 	const n = 10
 	dest := startHost(t, "D", false)
-	rl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rsrv := &http.Server{Handler: hostileAddrs{good: dest.addr, nGood: n}, ReadHeaderTimeout: 5 * time.Second}
-	go rsrv.Serve(rl)
-	defer rsrv.Close()
-	recipientsURL := "http://" + rl.Addr().String() + "/recipients"
+	recipientsURL := serveRecipients(t, hostileAddrs{good: dest.addr, nGood: n})
 
 	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
 	if err != nil {
@@ -80,4 +73,18 @@ func TestOneEventCannotTripAnotherEventsBreaker(t *testing.T) {
 			t.Errorf("destination %+v: its breaker was opened by the bad event", d)
 		}
 	}
+}
+
+// serveRecipients serves h on loopback until the test ends and returns its
+// recipients URL.
+func serveRecipients(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(rl)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + rl.Addr().String() + "/recipients"
 }

@@ -5,8 +5,6 @@ package destlimits
 import (
 	"context"
 	"encoding/json"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"testing"
@@ -39,13 +37,7 @@ func TestSlowLimitWaitsInsteadOfSpinning(t *testing.T) {
 	defer cancel()
 	const n = 3
 	dest := startHost(t, "S", false)
-	rl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rsrv := &http.Server{Handler: hostileAddrs{good: dest.addr, nGood: n}, ReadHeaderTimeout: 5 * time.Second}
-	go rsrv.Serve(rl)
-	defer rsrv.Close()
+	recipientsURL := serveRecipients(t, hostileAddrs{good: dest.addr, nGood: n})
 
 	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
 	if err != nil {
@@ -53,7 +45,7 @@ func TestSlowLimitWaitsInsteadOfSpinning(t *testing.T) {
 	}
 	defer s.Close()
 	reg := fanout.NewRegistry()
-	reg.MustRegister(slowType, &webhook.Handler{RecipientsURL: "http://" + rl.Addr().String() + "/recipients",
+	reg.MustRegister(slowType, &webhook.Handler{RecipientsURL: recipientsURL,
 		Client: webhook.NewClient(5*time.Second, 8, netip.MustParsePrefix("127.0.0.1/32"))}, slowOptions)
 	defer s.RunWorkers(workers.Options{Registry: reg})()
 
