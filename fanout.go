@@ -70,6 +70,20 @@ type Message struct {
 	Body        []byte `json:"body"`
 }
 
+// Validate reports what makes m unsendable: a content type with a control
+// byte (0x00-0x1f, 0x7f; tab included). net/http refuses such a header
+// value, and mime.ParseMediaType accepts one in a quoted parameter, so the
+// message is refused when it is built (invalid_message) rather than have
+// every delivery fail.
+func (m Message) Validate() error {
+	for i := 0; i < len(m.ContentType); i++ {
+		if c := m.ContentType[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("content type %.64q has a control byte at %d", m.ContentType, i)
+		}
+	}
+	return nil
+}
+
 // Handler holds the three user functions of one event type.
 //
 // GetRecipients returns the page at cursor ("" is the first page) with at
@@ -253,6 +267,13 @@ type DestinationKeyer interface {
 	DestinationKey(r Recipient) string
 }
 
+// MinRate is the slowest rate fanout accepts, in calls per second: one call
+// an hour (a destination's limit, a type's DestinationRate, an event's
+// set-rate; 0 is no limit). A rate slower than one call per batch attempt
+// is kept by waiting: the batch's retry comes back when its next call is
+// due, never sooner.
+const MinRate = 1.0 / 3600
+
 // Defaults for TypeOptions.
 const (
 	DefaultBatchSize          = 1000
@@ -362,8 +383,8 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("MaxRecipients: %d is negative", o.MaxRecipients)
 	case !o.Semantics.Valid():
 		return fmt.Errorf("Semantics: unknown %q (want %s or %s)", o.Semantics, AtLeastOnce, AtMostOnce)
-	case o.DestinationRate < 0:
-		return fmt.Errorf("DestinationRate: %v is negative", o.DestinationRate)
+	case o.DestinationRate < 0 || o.DestinationRate > 0 && o.DestinationRate < MinRate:
+		return fmt.Errorf("DestinationRate: %v is negative or under MinRate (one call an hour)", o.DestinationRate)
 	case o.BreakerCooldown < 0:
 		return fmt.Errorf("BreakerCooldown: %v is negative", o.BreakerCooldown)
 	case !(o.FairnessWeight >= 0 && o.FairnessWeight <= MaxFairnessWeight): // NaN too

@@ -58,7 +58,18 @@ const (
 	ErrUnknownEventType = "UnknownEventType"
 	ErrDeliveryRetry    = "DeliveryRetry"
 	ErrMessageTooLarge  = "MessageTooLarge"
+	ErrInvalidMessage   = "InvalidMessage"
 )
+
+// invalidMessage is the error of a message fanout.Message.Validate refuses
+// (nil when it passes): non-retryable, so the event (Prepare) or the batch
+// (a redrive of a forged dead letter) fails before any delivery.
+func invalidMessage(m fanout.Message) error {
+	if err := m.Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError("invalid_message: "+err.Error(), ErrInvalidMessage, nil)
+	}
+	return nil
+}
 
 func (a *Activities) handler(eventType string) (fanout.Handler, fanout.TypeOptions, error) {
 	h, opts, ok := a.Registry.Lookup(eventType)
@@ -94,6 +105,9 @@ func (a *Activities) Prepare(ctx context.Context, in PrepareInput) (PrepareResul
 	if n := len(msg.Body) + len(msg.ContentType); n > fanout.MaxMessageBytes {
 		return PrepareResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("message_too_large: the generated message is %d bytes, over %d", n, fanout.MaxMessageBytes), ErrMessageTooLarge, nil)
+	}
+	if err := invalidMessage(msg); err != nil {
+		return PrepareResult{}, err
 	}
 	if opts.LocalDeliveryMax == 0 {
 		// Resolved here so that the workflow's choice comes from this
@@ -337,7 +351,40 @@ type deliverProgress struct {
 	// Destinations: the busiest throttled or broken destinations so far
 	// (destinations.go; a retry goes on from them).
 	Destinations []DestinationStat `json:",omitempty"`
+	// PaceDue is when the next delivery of an attempt that yielded to its
+	// rate cap (PaceAttempt) was due: the next attempt, which waited until
+	// then, goes on with that schedule (resumeFrom).
+	PaceDue     time.Time `json:",omitzero"`
+	PaceAttempt int32     `json:",omitempty"`
 }
+
+// lastProgress is the last heartbeat of the attempts before this one
+// (none: zero).
+func lastProgress(ctx context.Context) deliverProgress {
+	var p deliverProgress
+	if activity.HasHeartbeatDetails(ctx) && activity.GetHeartbeatDetails(ctx, &p) != nil {
+		return deliverProgress{}
+	}
+	return p
+}
+
+// leftOver is what an attempt left to the next: n recipients, the first of
+// them due at due when a rate (the cap, a destination's limit) held them
+// past the attempt's deadline (zero: at once).
+type leftOver struct {
+	n   int
+	due time.Time
+}
+
+// retryDelay is when the next attempt goes on with what was left: when it
+// is due, so a rate slower than one call per attempt waits on Temporal's
+// timer instead of coming back to yield again (at least minLeftRetry).
+func (l leftOver) retryDelay(now time.Time) time.Duration {
+	return max(minLeftRetry, l.due.Sub(now))
+}
+
+// minLeftRetry is how soon an attempt that left recipients is retried.
+const minLeftRetry = 100 * time.Millisecond
 
 type outcome struct {
 	r          fanout.Recipient
@@ -358,6 +405,9 @@ type outcome struct {
 func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
 	h, opts, err := a.handler(in.Event.Type)
 	if err != nil {
+		return DeliverBatchResult{}, err
+	}
+	if err := invalidMessage(in.Message); err != nil {
 		return DeliverBatchResult{}, err
 	}
 	if ctx, err = a.useSemantics(ctx, &in, opts); err != nil {
@@ -394,13 +444,13 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		observeRetried(ctx, in, len(retry))
 		return DeliverBatchResult{}, a.retryError(in, retry)
 	}
-	if left > 0 {
+	if left.n > 0 {
 		// Paced, throttled or slow past the attempt's deadline: the next
 		// attempt presents the same attempt id, skips what this one
-		// delivered and goes on.
+		// delivered and goes on, when its next delivery is due.
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, dests), left, len(in.Recipients)),
-			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: 100 * time.Millisecond})
+			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, dests), left.n, len(in.Recipients)),
+			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: left.retryDelay(time.Now())})
 	}
 	if len(giveUp) > 0 && a.Logger != nil {
 		a.Logger.WarnContext(ctx, "batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
@@ -623,7 +673,7 @@ func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
 //
 // A recipient whose destination is over its limit or behind an open
 // breaker does not hold the feed or a slot (destFeed, destinations.go).
-func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left int, _ []DestinationStat, braked int, _ error) {
+func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left leftOver, _ []DestinationStat, braked int, _ error) {
 	conc := in.Concurrency
 	if a.DeliverConcurrency > 0 {
 		conc = a.DeliverConcurrency
@@ -715,6 +765,11 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 		beat()
 	}
 	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, beatLocked)
+	if prev := lastProgress(ctx); !prev.PaceDue.IsZero() && prev.PaceAttempt+1 == activity.GetInfo(ctx).Attempt {
+		// The attempt before yielded to the cap and this one waited until
+		// its next delivery was due: go on with its schedule.
+		pace = newPacer(in.Rate, resumeFrom(prev.PaceDue, in.Rate), time.Now(), 1, beatLocked)
+	}
 	low := in.Priority == fanout.PriorityLow
 	src := &feeder{f: dfeed, todo: todo}
 	yield, hasDeadline := yieldAt(ctx, time.Now(), in.callTimeout)
@@ -729,7 +784,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 feed:
 	for {
 		if hasDeadline && src.more() && time.Now().After(yield) {
-			left = src.remaining()
+			left.n = src.remaining()
 			break feed
 		}
 		if src.more() {
@@ -747,7 +802,8 @@ feed:
 			}
 			if err != nil {
 				if yielded(err) {
-					left = src.remaining()
+					due, _ := paceDue(err) // zero: the yield itself, go on at once
+					left = leftOver{n: src.remaining(), due: due}
 				}
 				break feed
 			}
@@ -758,7 +814,8 @@ feed:
 		j, ok, err := src.next(fctx)
 		if !ok {
 			if yielded(err) {
-				left = src.remaining()
+				due, _ := paceDue(err)
+				left = leftOver{n: src.remaining(), due: due}
 			} else if err != nil && gctx.Err() == nil {
 				feedErr = err // the limiter's Redis: retry the batch
 			}
@@ -774,18 +831,24 @@ feed:
 	werr := g.Wait()
 	close(marks)
 	if ferr := <-flushed; ferr != nil {
-		return nil, 0, nil, 0, ferr
+		return nil, leftOver{}, nil, 0, ferr
 	}
 	if werr != nil {
-		return nil, 0, nil, 0, werr
+		return nil, leftOver{}, nil, 0, werr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, nil, 0, err
+		return nil, leftOver{}, nil, 0, err
 	}
 	if feedErr != nil {
-		return nil, 0, nil, 0, feedErr
+		return nil, leftOver{}, nil, 0, feedErr
 	}
-	dfeed.finalBeat(ctx, deliverProgress{Done: done, Total: len(in.Recipients)})
+	final := deliverProgress{Done: done, Total: len(in.Recipients)}
+	if !left.due.IsZero() {
+		final.PaceDue, final.PaceAttempt = left.due, activity.GetInfo(ctx).Attempt
+		heartbeatDetail(ctx, dfeed, final) // the next attempt goes on from it
+	} else {
+		dfeed.finalBeat(ctx, final)
+	}
 	return out, left, dfeed.results(), braked, nil
 }
 

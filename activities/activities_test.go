@@ -422,3 +422,74 @@ func TestDeliverBatchPacedAtItsRate(t *testing.T) {
 		}
 	}
 }
+
+// typedMessage is an audience whose message has the content type ct.
+type typedMessage struct {
+	audience
+	ct string
+}
+
+func (h *typedMessage) GenerateMessage(context.Context, fanout.Event) (fanout.Message, error) {
+	return fanout.Message{ContentType: h.ct, Body: []byte(`{}`)}, nil
+}
+
+// TestAMessageNetHTTPWouldRefuseIsRefusedBeforeAnyDelivery (issue 23, item
+// 2): a content type with a control byte (net/http refuses it as a header,
+// and mime.ParseMediaType accepts one in a quoted parameter) fails Prepare
+// for good with invalid_message, and a batch carrying such a message (a
+// redrive of a forged dead letter) fails for good without a call.
+func TestAMessageNetHTTPWouldRefuseIsRefusedBeforeAnyDelivery(t *testing.T) {
+	for _, ct := range []string{"application/json; x=\"\x01\"", "text/plain; charset=\"utf\x7f8\"", "text/plain\x00", "text/plain;\tcharset=utf-8"} {
+		h := &typedMessage{ct: ct}
+		h.delivered = map[string]int{}
+		reg := fanout.NewRegistry()
+		reg.MustRegister("t", h, fanout.TypeOptions{})
+		acts := &activities.Activities{Registry: reg}
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestActivityEnvironment()
+		env.RegisterActivity(acts)
+		_, err := env.ExecuteActivity(acts.Prepare, activities.PrepareInput{Event: event("bad-ct", 1)})
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) || ae.Type() != activities.ErrInvalidMessage || !ae.NonRetryable() || !strings.Contains(err.Error(), "invalid_message") {
+			t.Errorf("content type %q: Prepare: %v; want a non-retryable invalid_message", ct, err)
+		}
+		in := activities.DeliverBatchInput{Event: event("bad-ct", 2), AttemptID: "a#0", Recipients: recipients(2), MaxAttempts: 1,
+			Message: fanout.Message{ContentType: ct, Body: []byte(`{}`)}}
+		_, err = runDeliverBatch(acts, in, worker.Options{})
+		if !errors.As(err, &ae) || ae.Type() != activities.ErrInvalidMessage || !ae.NonRetryable() || len(h.delivered) != 0 {
+			t.Errorf("content type %q: DeliverBatch: %v, %d delivered; want a non-retryable invalid_message and no call", ct, err, len(h.delivered))
+		}
+	}
+}
+
+// TestDeliverBatchSlowerThanAnAttemptWaitsForItsTime (issue 23, item 8): a
+// batch paced slower than one call per attempt (here one a minute, the
+// attempt 30 s) delivers what is due, then asks to be retried when its next
+// call is due, not in 100 ms (an attempt every 100 ms for a minute).
+func TestDeliverBatchSlowerThanAnAttemptWaitsForItsTime(t *testing.T) {
+	h := &audience{delivered: map[string]int{}}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	actx, cancel := context.WithTimeout(context.Background(), paceAttempt)
+	defer cancel()
+	start := time.Now()
+	_, err := runDeliverBatch(&activities.Activities{Registry: reg}, activities.DeliverBatchInput{
+		Event: event("slow-rate", 3), AttemptID: "a#0", Recipients: recipients(3), MaxAttempts: 1, Concurrency: 1,
+		Rate: 1.0 / 60, PaceFrom: start.Add(-time.Minute)}, // owed one call
+		worker.Options{BackgroundActivityContext: actx})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrDeliveryRetry {
+		t.Fatalf("err %v, want a retry of the recipients left", err)
+	}
+	if len(h.delivered) != 1 {
+		t.Errorf("%d delivered, want the one call owed", len(h.delivered))
+	}
+	if d := ae.NextRetryDelay(); d < 50*time.Second || d > time.Minute {
+		t.Errorf("retry in %v, want when the next call is due (~60s after the first)", d)
+	}
+}
+
+// paceAttempt is the attempt of the slow-rate test: longer than
+// the default call timeout and its slack (the yield comes that long
+// before its deadline), far shorter than a minute.
+const paceAttempt = 30 * time.Second

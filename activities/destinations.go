@@ -158,12 +158,9 @@ func (a *Activities) newDestFeed(ctx context.Context, h fanout.Handler, in Deliv
 	// A retry goes on from the stats of the attempts before it (their last
 	// heartbeat, flushed when they failed), so the batch's result counts
 	// the throttling of every attempt.
-	var prev deliverProgress
-	if activity.HasHeartbeatDetails(ctx) && activity.GetHeartbeatDetails(ctx, &prev) == nil {
-		for _, s := range prev.Destinations {
-			if s.Key != "" {
-				f.stats[s.Key] = &s
-			}
+	for _, s := range lastProgress(ctx).Destinations {
+		if s.Key != "" {
+			f.stats[s.Key] = &s
 		}
 	}
 	if d.Overrides != nil {
@@ -256,7 +253,7 @@ func (f *destFeed) next(ctx context.Context) (j delivery, ok bool, err error) {
 		// Only throttled destinations are left: wait for the first.
 		until := f.due[0].next
 		if dl, ok := ctx.Deadline(); ok && until.After(dl.Add(-paceYieldMargin)) {
-			return j, false, errPaceDeadline
+			return j, false, &paceDeadline{due: until}
 		}
 		if err := sleepBeating(ctx, time.Until(until), f.beat); err != nil {
 			return j, false, err

@@ -155,6 +155,11 @@ func TestDestFeedLeavesWhatOutlastsTheDeadline(t *testing.T) {
 	if !errors.Is(err, errPaceDeadline) {
 		t.Fatalf("err %v, want errPaceDeadline", err)
 	}
+	// Issue 23, item 8: the yield says when the next call is due (about a
+	// second from the throttled host's last), so the retry waits for it.
+	if due, ok := paceDue(err); !ok || time.Until(due) < 0 || time.Until(due) > 2*time.Second {
+		t.Errorf("due %v (%v), want within the next 2s", due, ok)
+	}
 	if got["fast"] != 5 || got["slow"] < 1 || got["slow"] > 3 || f.remaining() != 5-got["slow"] {
 		t.Fatalf("handed out %v, remaining %d: want every fast, 1..3 slow, the rest remaining", got, f.remaining())
 	}

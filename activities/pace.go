@@ -23,8 +23,32 @@ const MaxPaceCatchUp = time.Second
 const paceYieldMargin = 5 * time.Second
 
 // errPaceDeadline stops a paced batch whose next delivery is due after its
-// attempt's deadline (less paceYieldMargin).
+// attempt's deadline (less paceYieldMargin). The error returned is a
+// *paceDeadline, which says when (paceDue): the batch's retry waits until
+// then, however slow the rate, rather than come back to yield again.
 var errPaceDeadline = errors.New("the rate cap outlasts the attempt's timeout")
+
+// paceDeadline is errPaceDeadline with when the next delivery is due.
+type paceDeadline struct{ due time.Time }
+
+func (e *paceDeadline) Error() string        { return errPaceDeadline.Error() }
+func (e *paceDeadline) Is(target error) bool { return target == errPaceDeadline }
+
+// paceDue returns when the delivery a yield (errPaceDeadline) left is due.
+func paceDue(err error) (time.Time, bool) {
+	var p *paceDeadline
+	if errors.As(err, &p) {
+		return p.due, true
+	}
+	return time.Time{}, false
+}
+
+// resumeFrom is the PaceFrom of a retry that goes on from an attempt that
+// yielded with its next delivery due at due: one interval before it, so the
+// retry, which starts when it is due, is owed that delivery at once.
+func resumeFrom(due time.Time, perSecond float64) time.Time {
+	return due.Add(-time.Duration(float64(time.Second) / perSecond))
+}
 
 // pacer releases a batch's deliveries at its Rate: a token bucket
 // (golang.org/x/time/rate) of MaxPaceCatchUp's worth of tokens, holding at
@@ -70,7 +94,7 @@ func (p *pacer) wait(ctx context.Context) error {
 	delay := res.DelayFrom(now)
 	if dl, ok := ctx.Deadline(); ok && now.Add(delay).After(dl.Add(-paceYieldMargin)) {
 		res.CancelAt(now)
-		return errPaceDeadline
+		return &paceDeadline{due: now.Add(delay)}
 	}
 	for delay > 0 {
 		step := min(delay, time.Second)

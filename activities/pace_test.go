@@ -115,3 +115,25 @@ func TestYieldAt(t *testing.T) {
 		t.Error("a context without a deadline yields")
 	}
 }
+
+// TestSlowRateWaitsForItsDueTime (issue 23, item 8): a rate slower than one
+// call per attempt yields with the time its next call is due, so the
+// attempt's retry waits until then (not 100 ms), and the retry, resumed
+// from that time, is owed the call at once instead of yielding again.
+func TestSlowRateWaitsForItsDueTime(t *testing.T) {
+	now := time.Now()
+	p := newPacer(1.0/60, now, now, 1, nil) // one call a minute: next in 60s
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(paceYieldMargin+time.Second))
+	defer cancel()
+	err := p.wait(ctx)
+	due, ok := paceDue(err)
+	if !errors.Is(err, errPaceDeadline) || !ok || due.Sub(now) < 59*time.Second || due.Sub(now) > 61*time.Second {
+		t.Fatalf("wait: %v, due %v after the start; want errPaceDeadline due in ~60s", err, due.Sub(now))
+	}
+	// The retry starts when it is due, resumed from the yield.
+	later := due.Add(10 * time.Millisecond)
+	r := newPacer(1.0/60, resumeFrom(due, 1.0/60), later, 1, nil)
+	if got := r.lim.TokensAt(later); got < 0.99 {
+		t.Errorf("the resumed retry holds %.2f tokens, want the call it was due", got)
+	}
+}

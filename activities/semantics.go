@@ -22,8 +22,9 @@ import (
 //   - after a successful call the delivered mark replaces it (the same
 //     flusher as at least once);
 //   - a failed call is retried only when its error proves the destination
-//     never got it (notSent: fanout.NotSent, or a dial error: no connection
-//     was made); its key goes back to the attempt id (gate.Unsend). Any other
+//     never got it (notSent: fanout.NotSent, which includes a delivery its
+//     open breaker rejected, or a dial error: no connection was made); its
+//     key goes back to the attempt id (gate.Unsend). Any other
 //     failure (a timeout, a 5xx, a reset connection, a 429) may have been
 //     acted on, so the recipient is given up at once to the deliveries DLQ
 //     with ReasonNotRetriedAtMostOnce (a permanent one keeps its own error);

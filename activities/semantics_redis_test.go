@@ -223,3 +223,44 @@ func TestAtMostOnceNeedsTheGate(t *testing.T) {
 		t.Errorf("calls %v; want none", c.calls)
 	}
 }
+
+// TestAtMostOnceRetriesCallsTheBreakerRejected (issue 23, item 3): at most
+// once, a delivery its destination's open breaker rejected was never sent,
+// so it goes back to the attempt id and is retried after the cooldown, as
+// any call not sent; it is never dead-lettered as not_retried_at_most_once.
+// The breaker is opened by a real refused connection on loopback.
+func TestAtMostOnceRetriesCallsTheBreakerRejected(t *testing.T) {
+	refused := refusedErr(t)
+	c := &caller{fail: func(r fanout.Recipient, call int) error {
+		if r.ID == "a" && call == 1 {
+			return refused // opens the breaker (1 failure)
+		}
+		return nil
+	}}
+	c.calls, c.sems = map[string]int{}, map[fanout.Semantics]int{}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", c, fanout.TypeOptions{Semantics: fanout.AtMostOnce, BreakerFailures: 1, BreakerCooldown: 300 * time.Millisecond})
+	dl := &dlqRecorder{}
+	acts := &activities.Activities{Registry: reg, DeadLetters: dl, Gate: gate.New(rdb, time.Hour),
+		Destinations: activities.NewDestinations(nil, nil, nil)}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	in := activities.DeliverBatchInput{Event: event("amo-breaker", 0), AttemptID: "b#0", MaxAttempts: 5, Concurrency: 1,
+		Recipients: []fanout.Recipient{{ID: "a"}, {ID: "b"}, {ID: "c"}}}
+	_, err := env.ExecuteActivity(acts.DeliverBatch, in)
+	if !activities.IsDeliveryRetry(err) {
+		t.Fatalf("attempt 1: %v; want a retry of the calls not sent", err)
+	}
+	if len(dl.dls) != 0 || c.calls["b"] != 0 || c.calls["c"] != 0 {
+		t.Fatalf("attempt 1: %d dead letters (%+v), calls %v; want none dead-lettered, b and c not called", len(dl.dls), dl.dls, c.calls)
+	}
+	time.Sleep(400 * time.Millisecond) // the cooldown
+	res := deliverBatch(t, env, acts, in)
+	if res.Delivered != 3 || res.Failed != 0 || len(dl.dls) != 0 {
+		t.Fatalf("attempt 2: %+v, %d dead letters; want all 3 delivered", res, len(dl.dls))
+	}
+	if c.calls["a"] != 2 || c.calls["b"] != 1 || c.calls["c"] != 1 {
+		t.Errorf("calls %v; want a twice (refused, then sent), b and c once", c.calls)
+	}
+}

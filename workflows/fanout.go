@@ -224,8 +224,8 @@ func (r *fanoutRun) registerHandlers() error {
 		r.setDetails()
 		return r.prog, nil
 	}, workflow.UpdateHandlerOptions{Validator: func(perSecond float64) error {
-		if perSecond < 0 || perSecond > 1e7 {
-			return fmt.Errorf("rate %v outside 0 (no cap) .. 10000000 recipients/s", perSecond)
+		if perSecond < 0 || perSecond > 1e7 || perSecond > 0 && perSecond < fanout.MinRate {
+			return fmt.Errorf("rate %v outside 0 (no cap), %v (fanout.MinRate: one an hour) .. 10000000 recipients/s", perSecond, fanout.MinRate)
 		}
 		return active()
 	}}); err != nil {

@@ -3,18 +3,22 @@ package limits
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/fanout/fanout"
 )
 
 // MaxBreakers bounds the breakers a worker keeps (destinations come from
-// hostile input): past it, closed breakers are dropped (an open one is
-// kept, so a flood of new hosts cannot reset a failing host's breaker).
+// hostile input): past it, the least recently used one is dropped, whatever
+// its state (github.com/hashicorp/golang-lru: O(1) per new key). A failing
+// host whose breaker was dropped is learnt again after BreakerFailures
+// calls; one in use (asked for by a batch) is the most recently used.
 const MaxBreakers = 10_000
 
 // Breakers are a worker's circuit breakers, one per event type and
@@ -24,9 +28,18 @@ const MaxBreakers = 10_000
 type Breakers struct {
 	// OnChange, when set, is told of every state change (metrics, logs).
 	OnChange func(eventType, dest string, from, to gobreaker.State)
-	mu       sync.Mutex
-	m        map[breakerID]*Breaker
+	once     sync.Once
+	m        *lru.Cache[breakerID, *Breaker]
 }
+
+// cache is the registry, made on first use (a zero Breakers is ready).
+func (b *Breakers) cache() *lru.Cache[breakerID, *Breaker] {
+	b.once.Do(func() { b.m, _ = lru.New[breakerID, *Breaker](MaxBreakers) }) // errs only for a size <= 0
+	return b.m
+}
+
+// Len is the number of breakers kept.
+func (b *Breakers) Len() int { return b.cache().Len() }
 
 type breakerID struct{ eventType, dest string }
 
@@ -49,15 +62,32 @@ func ResolveBreaker(o fanout.TypeOptions) BreakerSettings {
 }
 
 // ErrOpen is the error of a delivery not made because its destination's
-// breaker is open: transient, with the cooldown as its Retry-After.
+// breaker is open: transient, with the cooldown as its Retry-After, and
+// marked fanout.NotSent (it was never sent), so an at-most-once delivery
+// is retried after the cooldown too.
 var ErrOpen = errors.New("circuit_open")
 
 // IsFailure reports whether a call's error counts against its destination:
 // transient errors (5xx, 408, 429, timeouts, connection errors) do; a
-// permanent answer (another 4xx: the host is up and answered) and our own
-// cancellation do not.
+// permanent answer (another 4xx: the host is up and answered) does not, nor
+// does what says nothing of the destination (excluded).
 func IsFailure(err error) bool {
-	return err != nil && !fanout.IsPermanent(err) && !errors.Is(err, context.Canceled)
+	return err != nil && !fanout.IsPermanent(err) && !excluded(err)
+}
+
+// excluded reports whether a call's error says nothing of its destination:
+// our own cancellation, or a failure before the request left the process
+// (fanout.NotSent without a network error: the client refused the call, as
+// net/http refuses a header with a control byte). Such a call counts
+// neither as a failure nor as a success, so one event's bad request cannot
+// open a breaker that other events share. A refused connection is a
+// network error: it counts.
+func excluded(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
+	var ne net.Error
+	return fanout.IsNotSent(err) && !errors.As(err, &ne)
 }
 
 // Breaker is one destination's breaker: gobreaker, behind a lock-free
@@ -81,7 +111,7 @@ type Breaker struct {
 }
 
 // Do calls call through the breaker of dest of the type. It returns
-// rejected and ErrOpen (wrapped with the cooldown as Retry-After) without
+// rejected and ErrOpen (wrapped with the cooldown as Retry-After, not sent) without
 // calling when the breaker is open, or half-open with its trial call under
 // way.
 func (b *Breakers) Do(eventType, dest string, s BreakerSettings, call func() error) (rejected bool, err error) {
@@ -115,12 +145,12 @@ func (b *Breaker) End(gen uint64, err error) {
 		return
 	}
 	switch {
-	case errors.Is(err, context.Canceled):
-		return // excluded, as gobreaker does
 	case err == nil || fanout.IsPermanent(err):
 		if !b.slow.Load() {
 			return // a success with no failure counted to reset
 		}
+	case excluded(err):
+		return // as gobreaker does
 	}
 	if b.gen.Load() != gen {
 		return // its state changed during the call
@@ -141,7 +171,7 @@ func (b *Breaker) Do(call func() error) (rejected bool, err error) {
 	})
 	b.sync()
 	if !called && (errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)) {
-		return true, fanout.RetryAfter(b.cooldown, ErrOpen)
+		return true, fanout.NotSent(fanout.RetryAfter(b.cooldown, ErrOpen))
 	}
 	return false, err
 }
@@ -158,35 +188,31 @@ func (b *Breaker) Open() bool { return b != nil && b.cb.State() != gobreaker.Sta
 
 // Open reports whether dest's breaker of the type is open or half-open.
 func (b *Breakers) Open(eventType, dest string) bool {
-	b.mu.Lock()
-	br := b.m[breakerID{eventType, dest}]
-	b.mu.Unlock()
+	br, _ := b.cache().Peek(breakerID{eventType, dest})
 	return br.Open()
 }
 
 // Get returns dest's breaker of the type (nil when s disables breakers),
-// made on first use. A caller may keep it for a batch: a breaker dropped
-// past MaxBreakers (closed) goes on working for it.
+// made on first use, and marks it the most recently used. A caller may keep
+// it for a batch: a breaker dropped past MaxBreakers goes on working for it.
 func (b *Breakers) Get(eventType, dest string, s BreakerSettings) *Breaker {
 	if s.Failures <= 0 {
 		return nil
 	}
 	id := breakerID{eventType, dest}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if br, ok := b.m[id]; ok {
+	c := b.cache()
+	if br, ok := c.Get(id); ok {
 		return br
 	}
-	if b.m == nil {
-		b.m = map[breakerID]*Breaker{}
+	br := b.newBreaker(eventType, dest, s)
+	if prev, ok, _ := c.PeekOrAdd(id, br); ok {
+		return prev // made meanwhile by another caller
 	}
-	if len(b.m) >= MaxBreakers {
-		for k, br := range b.m {
-			if br.cb.State() == gobreaker.StateClosed {
-				delete(b.m, k)
-			}
-		}
-	}
+	return br
+}
+
+// newBreaker makes dest's breaker of the type.
+func (b *Breakers) newBreaker(eventType, dest string, s BreakerSettings) *Breaker {
 	n := uint32(s.Failures)
 	br := &Breaker{cooldown: s.Cooldown}
 	br.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
@@ -195,8 +221,7 @@ func (b *Breakers) Get(eventType, dest string, s BreakerSettings) *Breaker {
 		Timeout:      s.Cooldown,
 		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= n },
 		IsSuccessful: func(err error) bool { return err == nil || fanout.IsPermanent(err) },
-		// Our own cancellation says nothing of the host.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		IsExcluded:   excluded,
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			br.gen.Add(1)
 			if b.OnChange != nil {
@@ -204,6 +229,5 @@ func (b *Breakers) Get(eventType, dest string, s BreakerSettings) *Breaker {
 			}
 		},
 	})
-	b.m[id] = br
 	return br
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,4 +162,62 @@ func BenchmarkBreakerClosed(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestBreakerRegistryEvictsLeastRecentlyUsed (issue 23, item 7): the
+// registry stays within MaxBreakers whatever the breakers' states: past it,
+// the least recently used one goes, open or not (a flood of failing hosts
+// cannot grow it), and a breaker in use is kept.
+func TestBreakerRegistryEvictsLeastRecentlyUsed(t *testing.T) {
+	var b Breakers
+	s := BreakerSettings{Failures: 1, Cooldown: time.Hour}
+	fail := func() error { return errors.New("HTTP 503") }
+	for i := range MaxBreakers {
+		b.Do("t", fmt.Sprint("h", i), s, fail) // each opens at once
+	}
+	if !b.Open("t", "h0") || !b.Open("t", "h1") {
+		t.Fatal("want h0 and h1 open")
+	}
+	b.Get("t", "h0", s) // h0 used again: h1 is now the least recent
+	b.Do("t", "new", s, fail)
+	if b.Open("t", "h1") {
+		t.Error("h1 (open, least recently used) was kept past MaxBreakers")
+	}
+	if !b.Open("t", "h0") || !b.Open("t", "new") {
+		t.Error("h0 (used again) or the new breaker is gone")
+	}
+	if n := b.Len(); n > MaxBreakers {
+		t.Errorf("%d breakers kept, over MaxBreakers %d", n, MaxBreakers)
+	}
+}
+
+// TestBreakerIgnoresFailuresBeforeTheRequestLeft (issue 23, item 2): a call
+// its client refused before sending it (fanout.NotSent with no network
+// error: an invalid header, a full provider queue) says nothing of the
+// destination and never opens its breaker; a refused connection
+// (NotSent too, but a network error) does.
+func TestBreakerIgnoresFailuresBeforeTheRequestLeft(t *testing.T) {
+	var b Breakers
+	s := BreakerSettings{Failures: 2, Cooldown: time.Hour}
+	local := fanout.NotSent(errors.New(`net/http: invalid header field value for "Content-Type"`))
+	for range 5 {
+		if _, err := b.Do("t", "h", s, func() error { return local }); err != local {
+			t.Fatalf("err %v, want the call's own", err)
+		}
+	}
+	g, ok := b.Get("t", "h", s).Begin()
+	if !ok {
+		t.Fatal("the fast path is off after calls not sent")
+	}
+	b.Get("t", "h", s).End(g, local)
+	if b.Open("t", "h") {
+		t.Fatal("calls never sent opened the breaker")
+	}
+	refused := fanout.NotSent(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+	for range 2 {
+		b.Do("t", "h", s, func() error { return refused })
+	}
+	if !b.Open("t", "h") {
+		t.Error("refused connections did not open the breaker")
+	}
 }

@@ -25,6 +25,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fanout/fanout"
 )
 
 // MaxKeyLen bounds a destination key as it appears in Redis keys, results,
@@ -73,6 +75,61 @@ func CleanKey(k string) string {
 	return b.String() + tail
 }
 
+// HostKey is the canonical destination key of an address's host (host or
+// host:port, as in a URL) under scheme ("http", "https"): lower-case, the
+// host name without its trailing dot, the port without leading zeros and
+// without the scheme's default (80, 443), so that "h", "h." and "h:443"
+// under https are one destination. An unchanged host is returned as is
+// (no allocation on the delivery path).
+func HostKey(scheme, host string) string {
+	host = strings.ToLower(host)
+	name, port, hasPort := host, "", false
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
+		name, port, hasPort = host[:i], host[i+1:], true
+	}
+	p := strings.TrimLeft(port, "0")
+	if p == "" && port != "" {
+		p = "0"
+	}
+	trimmed := strings.TrimRight(name, ".")
+	if trimmed == "" {
+		trimmed = name
+	}
+	if p == "" || scheme == "https" && p == "443" || scheme == "http" && p == "80" {
+		if !hasPort && trimmed == name {
+			return host
+		}
+		return trimmed
+	}
+	if trimmed == name && p == port {
+		return host
+	}
+	return trimmed + ":" + p
+}
+
+// ParseKey reads a destination key as an operator names it (`starter
+// limits -dest`): a key as the workers compute it, in any case. It refuses
+// what no destination has as its key: a URL or path, bytes outside the
+// key's, a trailing dot (the key of "h." is "h"), more than MaxKeyLen
+// bytes; such a limit would never apply.
+func ParseKey(s string) (string, error) {
+	k := strings.ToLower(s)
+	switch {
+	case k == "":
+		return "", errors.New("empty destination key")
+	case strings.Contains(k, "://"):
+		return "", fmt.Errorf("%.64q is a URL, not a destination key (the webhook type's is the address's host[:port], e.g. hooks.example.com)", s)
+	case len(k) > MaxKeyLen:
+		return "", fmt.Errorf("destination key of %d bytes, over %d", len(k), MaxKeyLen)
+	case !clean(k):
+		return "", fmt.Errorf("%.64q cannot be a destination key (letters, digits and .-_:[]~ only)", s)
+	}
+	if name, _, _ := strings.Cut(k, ":"); strings.HasSuffix(name, ".") && !strings.HasPrefix(k, "[") {
+		return "", fmt.Errorf("%.64q cannot be a destination key: keys name a host without its trailing dot", s)
+	}
+	return k, nil
+}
+
 // keyBytes are the bytes of a clean key.
 var keyBytes = func() (t [256]bool) {
 	for c := range 256 {
@@ -105,7 +162,8 @@ func RateKey(eventType, dest string) string { return "fanout:rate:" + eventType 
 func ConfigKey(eventType string) string { return "fanout:limits:" + eventType }
 
 // ParseRate reads a rate in calls per second: "200", "200/s", "12.5/s",
-// "600/m", "3600/h"; "0", "off" and "none" are no limit (0).
+// "600/m", "3600/h", at least fanout.MinRate ("1/h"); "0", "off" and "none"
+// are no limit (0).
 func ParseRate(s string) (float64, error) {
 	t := strings.TrimSpace(strings.ToLower(s))
 	switch t {
@@ -132,10 +190,18 @@ func ParseRate(s string) (float64, error) {
 		return 0, fmt.Errorf("rate %.32q: not a number (want e.g. 200/s, 600/m or off)", s)
 	}
 	f /= per
-	if f < 0 || f > MaxRate {
-		return 0, fmt.Errorf("rate %.32q: outside 0..%v/s", s, MaxRate)
+	if err := checkRate(f); err != nil {
+		return 0, fmt.Errorf("rate %.32q: %w", s, err)
 	}
 	return f, nil
+}
+
+// checkRate refuses a rate outside MinRate..MaxRate (0: no limit).
+func checkRate(f float64) error {
+	if math.IsNaN(f) || f < 0 || f > MaxRate || f > 0 && f < fanout.MinRate {
+		return fmt.Errorf("outside 1/h (fanout.MinRate)..%v/s, or off", MaxRate)
+	}
+	return nil
 }
 
 // FormatRate writes a rate as ParseRate reads it ("200/s", "off").
@@ -173,8 +239,8 @@ type Store struct{ RDB redis.UniversalClient }
 
 // Set sets the type's default (dest "") or a destination's limit.
 func (s Store) Set(ctx context.Context, eventType, dest string, perSecond float64) error {
-	if perSecond < 0 || perSecond > MaxRate || math.IsNaN(perSecond) {
-		return fmt.Errorf("rate %v outside 0..%v/s", perSecond, MaxRate)
+	if err := checkRate(perSecond); err != nil {
+		return fmt.Errorf("rate %v: %w", perSecond, err)
 	}
 	return s.RDB.HSet(ctx, ConfigKey(eventType), field(dest), strconv.FormatFloat(perSecond, 'g', -1, 64)).Err()
 }

@@ -44,12 +44,13 @@ func FuzzCleanKey(f *testing.F) {
 }
 
 func TestParseRate(t *testing.T) {
-	for in, want := range map[string]float64{"200": 200, "200/s": 200, " 12.5/S ": 12.5, "600/m": 10, "3600/h": 1, "off": 0, "none": 0, "0": 0} {
+	for in, want := range map[string]float64{"200": 200, "200/s": 200, " 12.5/S ": 12.5, "600/m": 10, "3600/h": 1, "off": 0, "none": 0, "0": 0, "1/h": 1.0 / 3600} {
 		if got, err := ParseRate(in); err != nil || got != want {
 			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "-1", "abc", "1/d", "NaN", "Inf", "2e6", "1/s/s"} {
+	// Issue 23, item 8: slower than fanout.MinRate (one call an hour) is refused.
+	for _, in := range []string{"", "-1", "abc", "1/d", "NaN", "Inf", "2e6", "1/s/s", "0.5/h", "0.0001", "1e-300"} {
 		if _, err := ParseRate(in); err == nil {
 			t.Errorf("ParseRate(%q): no error", in)
 		}

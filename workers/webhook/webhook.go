@@ -43,6 +43,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities/limits"
 	"github.com/fanout/fanout/internal/netguard"
 )
 
@@ -396,28 +397,33 @@ func (h *Handler) GenerateMessage(_ context.Context, ev fanout.Event) (fanout.Me
 
 // DestinationKey is the recipient's destination for the per-destination
 // limits and breakers (fanout.DestinationKeyer): the address's host and
-// port as written, lower-case ("hooks.example.com", "127.0.0.1:8080"), or
-// "invalid" for an address that does not parse (its delivery fails
-// permanently anyway). fanout cleans and bounds it (activities/limits).
+// port, canonical (limits.HostKey: lower-case, no trailing dot, no default
+// port: "hooks.example.com", "127.0.0.1:8080"), or "invalid" for an address
+// that does not parse (its delivery fails permanently anyway). fanout
+// cleans and bounds it (activities/limits).
 //
 // It is called for every recipient: a plain http(s) address
 // (plainHost) is read without url.Parse and without allocating; any
 // other goes through url.Parse, with the same result (FuzzDestinationKey).
 func (h *Handler) DestinationKey(r fanout.Recipient) string {
 	if host, ok := plainHost(r.Address); ok {
-		return strings.ToLower(host)
+		scheme := "http"
+		if r.Address[4] == 's' || r.Address[4] == 'S' {
+			scheme = "https"
+		}
+		return limits.HostKey(scheme, host)
 	}
 	return parsedHost(r.Address)
 }
 
-// parsedHost is the host of addr as url.Parse reads it, lower-case, or
+// parsedHost is the key of the host of addr as url.Parse reads it, or
 // "invalid".
 func parsedHost(addr string) string {
 	u, err := url.Parse(addr)
 	if err != nil || u.Host == "" {
 		return "invalid"
 	}
-	return strings.ToLower(u.Host)
+	return limits.HostKey(u.Scheme, u.Host)
 }
 
 // plainHost returns the host (and port) of an address that is plainly

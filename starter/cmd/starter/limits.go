@@ -22,8 +22,9 @@ func limitsHelp() cli.Help {
 without a restart: the delivery workers read them from Redis within a few seconds. A limit
 is shared by every delivery worker. "set -type T -rate R" sets the type's default per
 destination (replacing its DestinationRate, FANOUT_DESTINATION_RATE for webhook); with
-"-dest HOST" it sets one destination's (the webhook type's destination is the address's
-host[:port]). RATE is 200, 200/s, 600/m, 3600/h, or off (no limit). "unset" removes an
+"-dest KEY" it sets one destination's: its key as the workers compute it (the webhook
+type's is the address's host[:port], lower-case, without a trailing dot or the scheme's
+default port: hooks.example.com for https://Hooks.Example.com:443/x). RATE is 200, 200/s, 600/m, 3600/h, or off (no limit). "unset" removes an
 override (the type's own default applies again); "show" lists them.`,
 		Env: []cli.EnvGroup{{Vars: config.EnvVars(config.RedisConn{})}}}
 }
@@ -39,7 +40,7 @@ func parseLimitsArgs(args []string) (limitsArgs, error) {
 	var a limitsArgs
 	fs := flag.NewFlagSet("limits", flag.ContinueOnError)
 	fs.StringVar(&a.eventType, "type", "", "the event type (required)")
-	fs.StringVar(&a.dest, "dest", "", "a destination (the webhook type: host or host:port); empty: the type's default")
+	fs.StringVar(&a.dest, "dest", "", "a destination key (the webhook type: host or host:port, no default port); empty: the type's default")
 	rate := fs.String("rate", "", "calls per second shared by every worker: 200, 200/s, 600/m, 3600/h or off (set only)")
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		a.verb, args = args[0], args[1:]
@@ -53,8 +54,12 @@ func parseLimitsArgs(args []string) (limitsArgs, error) {
 	if err := fanout.ValidateType(a.eventType); err != nil {
 		return a, cli.Usagef("-type: %v", err)
 	}
-	if len(a.dest) > fanout.MaxAddressLen {
-		return a, cli.Usagef("-dest: %d bytes, over %d", len(a.dest), fanout.MaxAddressLen)
+	if a.dest != "" {
+		k, err := limits.ParseKey(a.dest)
+		if err != nil {
+			return a, cli.Usagef("-dest: %v", err)
+		}
+		a.dest = k
 	}
 	switch {
 	case a.verb == "set" && *rate == "":

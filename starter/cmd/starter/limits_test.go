@@ -10,7 +10,7 @@ import (
 
 func TestParseLimitsArgs(t *testing.T) {
 	a, err := parseLimitsArgs([]string{"set", "-type", "webhook", "-dest", "Hooks.Example.com", "-rate", "600/m"})
-	if err != nil || a.verb != "set" || a.eventType != "webhook" || a.dest != "Hooks.Example.com" || a.rate != 10 {
+	if err != nil || a.verb != "set" || a.eventType != "webhook" || a.dest != "hooks.example.com" || a.rate != 10 {
 		t.Fatalf("%+v %v", a, err)
 	}
 	if a, err := parseLimitsArgs([]string{"unset", "-type", "webhook"}); err != nil || a.verb != "unset" || a.dest != "" {
@@ -61,5 +61,24 @@ func TestPrintLimits(t *testing.T) {
 	want := "limits of webhook (in force on the workers within 3s):\n  default per destination: 50/s\n  a: off\n  z: 1/s\n  (ignored, not a rate: field \"dest:x\")\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestLimitsDestIsADestinationKey (issue 23, item 14): -dest takes a
+// destination key as the workers compute it, case-insensitively, and
+// refuses what no destination can have as its key (a URL, a path, spaces,
+// a trailing dot, a key too long), rather than store a limit that never
+// applies.
+func TestLimitsDestIsADestinationKey(t *testing.T) {
+	for in, want := range map[string]string{"Hooks.Example.com": "hooks.example.com", "127.0.0.1:8080": "127.0.0.1:8080", "[::1]:9": "[::1]:9", "tenant-42": "tenant-42"} {
+		a, err := parseLimitsArgs([]string{"set", "-type", "webhook", "-dest", in, "-rate", "1"})
+		if err != nil || a.dest != want {
+			t.Errorf("-dest %q: %q, %v; want %q", in, a.dest, err, want)
+		}
+	}
+	for _, bad := range []string{"https://hooks.example.com/x", "hooks.example.com/x", "hooks example", "hooks.example.com.", "h.:8080", strings.Repeat("h", limits.MaxKeyLen+1), "h\x00"} {
+		if a, err := parseLimitsArgs([]string{"set", "-type", "webhook", "-dest", bad, "-rate", "1"}); err == nil {
+			t.Errorf("-dest %q: accepted as %q", bad, a.dest)
+		}
 	}
 }
