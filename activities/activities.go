@@ -57,6 +57,7 @@ const (
 	ErrUnknownEventType = "UnknownEventType"
 	ErrDeliveryRetry    = "DeliveryRetry"
 	ErrMessageTooLarge  = "MessageTooLarge"
+	ErrPageChanged      = "PageChanged"
 )
 
 func (a *Activities) handler(eventType string) (fanout.Handler, fanout.TypeOptions, error) {
@@ -123,6 +124,10 @@ type BatchRef struct {
 	PageCursor string
 	PageLimit  int
 	Offset     int
+	// Digest names the batch's recipient ids (batchDigest), so that a batch
+	// fetched again from a page that has changed since is known as such.
+	// Empty in refs from before it.
+	Digest string `json:",omitempty"`
 }
 
 // PageResult is a page of recipients: either the recipients themselves,
@@ -187,7 +192,7 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 	for i, b := range batches {
 		n := in.FirstBatch + i
 		res.Batches = append(res.Batches, BatchRef{N: n, Key: a.Staging.Key(eventKey(in.Event), n), Count: len(b),
-			PageCursor: in.Cursor, PageLimit: in.Limit, Offset: off})
+			PageCursor: in.Cursor, PageLimit: in.Limit, Offset: off, Digest: batchDigest(b)})
 		off += len(b)
 	}
 	res.Recipients = nil
@@ -238,12 +243,37 @@ func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in Deliver
 	if err != nil {
 		return nil, nonRetryableIfPermanent(err)
 	}
-	if ref.Offset > len(p.Recipients) {
+	rs := p.Recipients[min(ref.Offset, len(p.Recipients)):min(ref.Offset+ref.Count, len(p.Recipients))]
+	if len(rs) != ref.Count || (ref.Digest != "" && batchDigest(rs) != ref.Digest) {
+		// The page is shorter, or holds other recipients where the batch
+		// was: delivering what is there would deliver others and drop the
+		// batch's own without a word. The batch fails, with the reason, and
+		// counts as failed.
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("batch %d: page at cursor %q has %d recipients now, fewer than offset %d", ref.N, ref.PageCursor, len(p.Recipients), ref.Offset),
-			"PageChanged", nil)
+			fmt.Sprintf("%s: batch %d (offset %d, %d recipients) was staged from a page that has changed since: it holds %d recipients there now, not the same ones",
+				ReasonPageChanged, ref.N, ref.Offset, ref.Count, len(rs)), ErrPageChanged, nil)
 	}
-	return p.Recipients[ref.Offset:min(ref.Offset+ref.Count, len(p.Recipients))], nil
+	return rs, nil
+}
+
+// ReasonPageChanged starts the error (ErrPageChanged) of a batch whose page
+// changed before it could be fetched again.
+const ReasonPageChanged = "page_changed"
+
+// batchDigest names a batch's set of recipient ids, in any order: a page
+// reordered within a batch still holds the batch.
+func batchDigest(rs []fanout.Recipient) string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+	}
+	slices.Sort(ids)
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 func nonRetryableIfPermanent(err error) error {
