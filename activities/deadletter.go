@@ -129,6 +129,9 @@ func (d DeadLetter) withoutMessage() DeadLetter {
 	return d
 }
 
+// ErrNotSealed is DecodeDeadLetter refusing a letter in clear read with keys.
+var ErrNotSealed = errors.New("in clear, and keys are configured: fanout then writes only sealed letters")
+
 // MaxDeadLetterBytes bounds a deliveries dead letter as read back: the
 // largest one fanout writes (a fanout.MaxMessageBytes message, base64 in
 // JSON, and bounded ids, address, error and headers) is well under it.
@@ -147,7 +150,9 @@ const maxDeadLetterAttempts = 1000
 // follows the grammar, and whose address and message are within fanout's
 // bounds. A sealed letter is opened with keys (nil: it is refused) and its
 // sealed part must name the same event, attempt and recipient; a letter in
-// clear (written without keys) is read as it is.
+// clear is read as it is without keys, and refused with them (ErrNotSealed):
+// with keys fanout writes only sealed letters, so a clear one is someone
+// else's, and must not supply a message or an address.
 func DecodeDeadLetter(b []byte, keys Opener) (DeadLetter, error) {
 	var d DeadLetter
 	if len(b) > MaxDeadLetterBytes {
@@ -155,6 +160,9 @@ func DecodeDeadLetter(b []byte, keys Opener) (DeadLetter, error) {
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letter: %w", err)
+	}
+	if d.Sealed == nil && keys != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter of event %.64q: %w", d.EventID, ErrNotSealed)
 	}
 	if d.Sealed != nil {
 		var err error
@@ -291,3 +299,6 @@ func (w *DeadLetterWriter) record(d DeadLetter) (kafka.Message, error) {
 
 // Close flushes and closes the writers.
 func (w *DeadLetterWriter) Close() error { return errors.Join(w.w.Close(), w.single.Close()) }
+
+// DeadLetterChunk is the most letters a dead-lettering publishes at once.
+const DeadLetterChunk = 500

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -205,8 +206,12 @@ func TestSealedDeadLetter(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if got, err := activities.DecodeDeadLetter(marshal(t, d), keys); err != nil || !reflect.DeepEqual(got, d) {
-		t.Errorf("a letter in clear with keys: %v", err)
+	// With keys fanout writes only sealed letters: one in clear is refused.
+	if _, err := activities.DecodeDeadLetter(marshal(t, d), keys); !errors.Is(err, activities.ErrNotSealed) {
+		t.Errorf("a letter in clear with keys: %v, want ErrNotSealed", err)
+	}
+	if got, err := activities.DecodeDeadLetter(marshal(t, d), nil); err != nil || !reflect.DeepEqual(got, d) {
+		t.Errorf("a letter in clear without keys: %v", err)
 	}
 	// The largest message still fits a sealed letter.
 	big := validDeadLetter()
@@ -216,3 +221,4 @@ func TestSealedDeadLetter(t *testing.T) {
 		t.Errorf("a sealed letter of the largest message (%d bytes): %v", len(bb), err)
 	}
 }
+
