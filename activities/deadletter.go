@@ -328,4 +328,4 @@ func (w *DeadLetterWriter) record(d DeadLetter) (kafka.Message, error) {
 func (w *DeadLetterWriter) Close() error { return errors.Join(w.w.Close(), w.single.Close()) }
 
 // DeadLetterChunk is the most letters a dead-lettering publishes at once.
-const DeadLetterChunk = 500
+const DeadLetterChunk = 1000
