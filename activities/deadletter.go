@@ -150,6 +150,9 @@ func (d DeadLetter) open(keys Opener) (DeadLetter, error) {
 // withoutMessage is d as written when the DLQ topic refused it whole: no
 // message and no event headers, a few KiB at most.
 func (d DeadLetter) withoutMessage() DeadLetter {
+	if d.MessageOmitted != 0 {
+		return d // written without it already (publishDeadLetters)
+	}
 	d.MessageOmitted = max(len(d.Message.Body)+len(d.Message.ContentType), 1)
 	d.Message = fanout.Message{}
 	d.Event.Headers = nil
