@@ -59,6 +59,7 @@ const (
 	ErrDeliveryRetry    = "DeliveryRetry"
 	ErrMessageTooLarge  = "MessageTooLarge"
 	ErrInvalidMessage   = "InvalidMessage"
+	ErrPageChanged      = "PageChanged"
 )
 
 // invalidMessage is the error of a message fanout.Message.Validate refuses
@@ -138,6 +139,10 @@ type BatchRef struct {
 	PageCursor string
 	PageLimit  int
 	Offset     int
+	// Digest names the batch's recipient ids (batchDigest), so that a batch
+	// fetched again from a page that has changed since is known as such.
+	// Empty in refs from before it.
+	Digest string `json:",omitempty"`
 }
 
 // PageResult is a page of recipients: either the recipients themselves,
@@ -202,7 +207,7 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 	for i, b := range batches {
 		n := in.FirstBatch + i
 		res.Batches = append(res.Batches, BatchRef{N: n, Key: a.Staging.Key(eventKey(in.Event), n), Count: len(b),
-			PageCursor: in.Cursor, PageLimit: in.Limit, Offset: off})
+			PageCursor: in.Cursor, PageLimit: in.Limit, Offset: off, Digest: batchDigest(b)})
 		off += len(b)
 	}
 	res.Recipients = nil
@@ -253,12 +258,37 @@ func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in Deliver
 	if err != nil {
 		return nil, nonRetryableIfPermanent(err)
 	}
-	if ref.Offset > len(p.Recipients) {
+	rs := p.Recipients[min(ref.Offset, len(p.Recipients)):min(ref.Offset+ref.Count, len(p.Recipients))]
+	if len(rs) != ref.Count || (ref.Digest != "" && batchDigest(rs) != ref.Digest) {
+		// The page is shorter, or holds other recipients where the batch
+		// was: delivering what is there would deliver others and drop the
+		// batch's own without a word. The batch fails, with the reason, and
+		// counts as failed.
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("batch %d: page at cursor %q has %d recipients now, fewer than offset %d", ref.N, ref.PageCursor, len(p.Recipients), ref.Offset),
-			"PageChanged", nil)
+			fmt.Sprintf("%s: batch %d (offset %d, %d recipients) was staged from a page that has changed since: it holds %d recipients there now, not the same ones",
+				ReasonPageChanged, ref.N, ref.Offset, ref.Count, len(rs)), ErrPageChanged, nil)
 	}
-	return p.Recipients[ref.Offset:min(ref.Offset+ref.Count, len(p.Recipients))], nil
+	return rs, nil
+}
+
+// ReasonPageChanged starts the error (ErrPageChanged) of a batch whose page
+// changed before it could be fetched again.
+const ReasonPageChanged = "page_changed"
+
+// batchDigest names a batch's set of recipient ids, in any order: a page
+// reordered within a batch still holds the batch.
+func batchDigest(rs []fanout.Recipient) string {
+	ids := make([]string, len(rs))
+	for i, r := range rs {
+		ids[i] = r.ID
+	}
+	slices.Sort(ids)
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 func nonRetryableIfPermanent(err error) error {
@@ -356,6 +386,9 @@ type deliverProgress struct {
 	// then, goes on with that schedule (resumeFrom).
 	PaceDue     time.Time `json:",omitzero"`
 	PaceAttempt int32     `json:",omitempty"`
+	// DeadLettered: recipients given up and published to the deliveries
+	// DLQ so far, once the deliveries are done.
+	DeadLettered int `json:",omitempty"`
 }
 
 // lastProgress is the last heartbeat of the attempts before this one
@@ -436,7 +469,7 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 	}
 	giveUp, retry := settle(failed, max(in.MaxAttempts, 1))
 	giveUp = append(append(rejected, giveUp...), spent...)
-	if err := a.deadLetter(ctx, in, giveUp); err != nil {
+	if err := a.deadLetter(ctx, in, giveUp, dests); err != nil {
 		return DeliverBatchResult{}, err
 	}
 	res.addGivenUp(giveUp, a.DeadLetters != nil)
@@ -885,23 +918,26 @@ func feedContext(ctx context.Context, yield time.Time, hasDeadline bool) (contex
 	return context.WithDeadline(ctx, yield.Add(paceYieldMargin))
 }
 
-// deadLetter publishes the given-up recipients to the deliveries DLQ, then
-// marks them in the gate so retries of this batch skip them.
-func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []Failure) error {
-	if len(fs) == 0 {
-		return nil
-	}
-	if err := a.publishDeadLetters(ctx, in, fs); err != nil {
-		return err
-	}
-	if a.dedup() {
-		ids := make([]string, len(fs))
-		for i, f := range fs {
-			ids[i] = f.Recipient.ID
+// deadLetter publishes the given-up recipients to the deliveries DLQ chunk
+// by chunk, marking each chunk in the gate once it is published (so retries
+// of this batch skip it) and heartbeating (dests: the batch's destination
+// stats, which the heartbeat keeps for a retry).
+func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []Failure, dests []DestinationStat) error {
+	published := 0
+	return a.publishDeadLetters(ctx, in, fs, func(chunk []Failure) error {
+		if a.dedup() {
+			ids := make([]string, len(chunk))
+			for i, f := range chunk {
+				ids[i] = f.Recipient.ID
+			}
+			if err := a.Gate.MarkDeadLettered(ctx, eventKey(in.Event), in.AttemptID, ids...); err != nil {
+				return err
+			}
 		}
-		return a.Gate.MarkDeadLettered(ctx, eventKey(in.Event), in.AttemptID, ids...)
-	}
-	return nil
+		published += len(chunk)
+		activity.RecordHeartbeat(ctx, deliverProgress{Done: len(in.Recipients), Total: len(in.Recipients), DeadLettered: published, Destinations: dests})
+		return nil
+	})
 }
 
 // DeadLetterBatchInput names a batch that ended in error, and why.
@@ -914,9 +950,10 @@ type DeadLetterBatchInput struct {
 // (its child failed to start, was terminated or timed out, or its activity
 // failed for good) to the deliveries DLQ with the reason, so that no
 // recipient is only counted: a redrive presents the batch's attempt id to
-// the gate, so what the batch delivered before it failed is skipped. It does
-// not touch the gate's marks. It returns how many it dead-lettered (0
-// without a DLQ).
+// the gate, so what the batch delivered before it failed is skipped. It
+// publishes in chunks, heartbeating how many it published, and a retry goes
+// on from there. It does not touch the gate's marks. It returns how many it
+// dead-lettered (0 without a DLQ).
 func (a *Activities) DeadLetterBatch(ctx context.Context, in DeadLetterBatchInput) (int, error) {
 	if a.DeadLetters == nil {
 		return 0, nil
@@ -934,33 +971,66 @@ func (a *Activities) DeadLetterBatch(ctx context.Context, in DeadLetterBatchInpu
 	recips, invalid, _ := screen(b.Recipients)
 	fs := make([]Failure, len(recips))
 	for i, r := range recips {
-		fs[i] = Failure{Recipient: r, Error: clip("batch_failed: "+in.Reason, 1024)}
+		fs[i] = Failure{Recipient: r, Error: clip("batch_failed: "+in.Reason, maxLastError)}
 		if why, bad := invalid[r.ID]; bad {
 			fs[i].Permanent, fs[i].Error = true, why
 		}
 	}
-	if err := a.publishDeadLetters(ctx, b, fs); err != nil {
+	// The chunks are the same in every attempt: skip those an earlier
+	// attempt published (its last heartbeat).
+	published := 0
+	if activity.HasHeartbeatDetails(ctx) && activity.GetHeartbeatDetails(ctx, &published) == nil {
+		published = min(max(published, 0), len(fs))
+	}
+	err := a.publishDeadLetters(ctx, b, fs[published:], func(chunk []Failure) error {
+		published += len(chunk)
+		activity.RecordHeartbeat(ctx, published)
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
 	return len(fs), nil
 }
 
+// maxLastError bounds a dead letter's last error.
+const maxLastError = 1024
+
 // publishDeadLetters writes the failures of batch in to the deliveries DLQ
-// (nothing without one).
-func (a *Activities) publishDeadLetters(ctx context.Context, in DeliverBatchInput, fs []Failure) error {
-	if a.DeadLetters == nil || len(fs) == 0 {
-		return nil
-	}
+// (nothing without one), DeadLetterChunk letters at a time: the first
+// letter of each chunk carries the message and the event's headers, the
+// others are written without them (MessageOmitted; a redrive takes the
+// message from the chunk's first). So the memory it takes grows neither
+// with the batch nor with the message times the recipients. After each
+// chunk the broker acknowledged (each chunk, without a DLQ), it calls
+// published with the chunk.
+func (a *Activities) publishDeadLetters(ctx context.Context, in DeliverBatchInput, fs []Failure, published func([]Failure) error) error {
 	now := time.Now().UTC()
-	dls := make([]DeadLetter, len(fs))
-	for i, f := range fs {
-		dls[i] = DeadLetter{
-			EventID: in.Event.ID, EventType: in.Event.Type, Priority: in.Priority, AttemptID: in.AttemptID,
-			Recipient: f.Recipient, Attempts: f.Attempts, Permanent: f.Permanent, LastError: f.Error,
-			Time: now, Event: deadLetterEvent(in.Event), Message: in.Message,
+	ev := deadLetterEvent(in.Event)
+	var dls []DeadLetter
+	for chunk := range slices.Chunk(fs, DeadLetterChunk) {
+		if a.DeadLetters != nil {
+			dls = dls[:0]
+			for i, f := range chunk {
+				d := DeadLetter{
+					EventID: in.Event.ID, EventType: in.Event.Type, Priority: in.Priority, AttemptID: in.AttemptID,
+					Recipient: f.Recipient, Attempts: f.Attempts, Permanent: f.Permanent, LastError: clip(f.Error, maxLastError),
+					Time: now, Event: ev, Message: in.Message,
+				}
+				if i > 0 {
+					d = d.withoutMessage()
+				}
+				dls = append(dls, d)
+			}
+			if err := a.DeadLetters.Publish(ctx, dls); err != nil {
+				return err
+			}
+		}
+		if err := published(chunk); err != nil {
+			return err
 		}
 	}
-	return a.DeadLetters.Publish(ctx, dls)
+	return nil
 }
 
 // deadLetterEvent is the event as a dead letter keeps it: without the

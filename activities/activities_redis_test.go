@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,5 +367,83 @@ func TestHeavyPagesAreBounded(t *testing.T) {
 	}
 	if rs, ok, err := acts.Staging.Load(context.Background(), res.Batches[0].Key); err != nil || !ok || len(rs) != 100 {
 		t.Fatalf("staged batch: %d recipients, %v %v", len(rs), ok, err)
+	}
+}
+
+// listed is an audience whose one page is whatever list holds now.
+type listed struct {
+	*audience
+	mu   sync.Mutex
+	list []fanout.Recipient
+}
+
+func (h *listed) GetRecipients(_ context.Context, _ fanout.Event, cursor string, limit int) (fanout.Page, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	off, _ := strconv.Atoi(cursor)
+	return fanout.Page{Recipients: slices.Clone(h.list[min(off, len(h.list)):min(off+limit, len(h.list))])}, nil
+}
+
+func (h *listed) set(rs []fanout.Recipient) { h.mu.Lock(); h.list = rs; h.mu.Unlock() }
+
+// TestRefetchedBatchOfAChangedPage: a staged batch whose copy is gone is
+// fetched again from its page; when the page has since changed so that the
+// batch's recipients are no longer where they were (the page is shorter, or
+// reordered across batches) the batch fails for good with the reason
+// (PageChanged) and delivers nothing, rather than delivering part of it or
+// other recipients and dropping the rest silently. A page reordered only
+// within the batch still delivers the batch.
+func TestRefetchedBatchOfAChangedPage(t *testing.T) {
+	h := &listed{audience: &audience{delivered: map[string]int{}}, list: recipients(250)}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	acts := &activities.Activities{Registry: reg, Gate: gate.New(rdb, time.Hour), Staging: staging.New(rdb, time.Hour), DeadLetters: &dlqRecorder{}}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	ev := event("changed", 250)
+	v, err := env.ExecuteActivity(acts.RecipientsPage, activities.RecipientsPageInput{Event: ev, Limit: 250, BatchSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page activities.PageResult
+	if err := v.Get(&page); err != nil || len(page.Batches) != 3 {
+		t.Fatalf("page %+v %v: want 3 staged batches", page, err)
+	}
+	for _, ref := range page.Batches {
+		if err := rdb.Del(context.Background(), ref.Key).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver := func(ref activities.BatchRef) error {
+		_, err := env.ExecuteActivity(acts.DeliverBatch, activities.DeliverBatchInput{
+			Event: ev, AttemptID: vocab.AttemptID(ev.Type, ev.ID, ref.N), Ref: &ref, MaxAttempts: 3, Concurrency: 8})
+		return err
+	}
+	orig := recipients(250)
+	for _, c := range []struct {
+		name string
+		list []fanout.Recipient
+		ref  activities.BatchRef
+	}{
+		{"shorter", orig[:230], page.Batches[2]},
+		{"reordered across batches", slices.Concat(orig[150:250], orig[0:150]), page.Batches[1]},
+	} {
+		h.set(c.list)
+		before := len(h.delivered)
+		err := deliver(c.ref)
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) || ae.Type() != activities.ErrPageChanged || !ae.NonRetryable() {
+			t.Errorf("%s: %v; want a non-retryable PageChanged error", c.name, err)
+		}
+		if got := len(h.delivered) - before; got != 0 {
+			t.Errorf("%s: %d recipients delivered, want none", c.name, got)
+		}
+	}
+	within := slices.Clone(orig)
+	slices.Reverse(within[:100])
+	h.set(within)
+	if err := deliver(page.Batches[0]); err != nil || len(h.delivered) != 100 {
+		t.Errorf("reordered within the batch: %v, %d delivered; want the batch's 100", err, len(h.delivered))
 	}
 }

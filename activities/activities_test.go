@@ -1,6 +1,7 @@
 package activities_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
@@ -493,3 +496,76 @@ func TestDeliverBatchSlowerThanAnAttemptWaitsForItsTime(t *testing.T) {
 // the default call timeout and its slack (the yield comes that long
 // before its deadline), far shorter than a minute.
 const paceAttempt = 30 * time.Second
+
+// chunkRecorder records each Publish call's letters: how many, and how many
+// carry the message.
+type chunkRecorder struct {
+	mu        sync.Mutex
+	calls     []int
+	withMsg   []int
+	omitted   int
+	recipient map[string]int
+}
+
+func (c *chunkRecorder) Publish(_ context.Context, dls []activities.DeadLetter) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, d := range dls {
+		if len(d.Message.Body) > 0 {
+			n++
+		} else if d.MessageOmitted > 0 {
+			c.omitted++
+		}
+		c.recipient[d.Recipient.ID]++
+	}
+	c.calls, c.withMsg = append(c.calls, len(dls)), append(c.withMsg, n)
+	return nil
+}
+
+// TestDeadLetterBatchStreamsChunks: a batch's letters go out in chunks of at
+// most activities.DeadLetterChunk, each chunk carrying the message once
+// (the others say it is omitted, and a redrive takes it from the chunk's
+// first), with a heartbeat after each chunk, so the memory dead-lettering
+// takes does not grow with the batch nor with the message times the
+// recipients, and a long publish is not taken for a dead worker.
+func TestDeadLetterBatchStreamsChunks(t *testing.T) {
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", &audience{}, fanout.TypeOptions{})
+	dl := &chunkRecorder{recipient: map[string]int{}}
+	acts := &activities.Activities{Registry: reg, DeadLetters: dl}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	var beats []int // the SDK sends the first at once, and throttles the rest
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, v converter.EncodedValues) {
+		var n int
+		if err := v.Get(&n); err != nil {
+			t.Error(err)
+		}
+		beats = append(beats, n)
+	})
+	const n = 2500
+	batch := activities.DeliverBatchInput{Event: fanout.Event{ID: "e", Type: "t"}, AttemptID: "t/e#3", Recipients: recipients(n),
+		Message: fanout.Message{ContentType: "text/plain", Body: bytes.Repeat([]byte("m"), 64<<10)}}
+	v, err := env.ExecuteActivity(acts.DeadLetterBatch, activities.DeadLetterBatchInput{Batch: batch, Reason: "child terminated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := v.Get(&got); err != nil || got != n {
+		t.Fatalf("dead-lettered %d (%v), want %d", got, err, n)
+	}
+	chunks := (n + activities.DeadLetterChunk - 1) / activities.DeadLetterChunk
+	if len(dl.calls) != chunks || len(beats) == 0 || beats[0] != activities.DeadLetterChunk {
+		t.Errorf("%d publish calls %v, heartbeats %v; want %d calls, and a heartbeat of %d published after the first", len(dl.calls), dl.calls, beats, chunks, activities.DeadLetterChunk)
+	}
+	for i, c := range dl.calls {
+		if c > activities.DeadLetterChunk || dl.withMsg[i] != 1 {
+			t.Errorf("publish %d: %d letters, %d with the message; want at most %d, 1", i, c, dl.withMsg[i], activities.DeadLetterChunk)
+		}
+	}
+	if len(dl.recipient) != n || dl.omitted != n-chunks {
+		t.Errorf("%d recipients dead-lettered, %d letters without the message; want %d, %d", len(dl.recipient), dl.omitted, n, n-chunks)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,8 +47,9 @@ type DeadLetter struct {
 	// holds the recipient's address, the message, the event's headers and
 	// the whole last error, encrypted (base64 in the JSON); those fields
 	// are then empty in clear, but for last_error, which keeps the reason
-	// with the address cut out. DecodeDeadLetter opens it; a decoded letter
-	// has it nil and the fields filled.
+	// with every word that could name a host cut out (clearError).
+	// DecodeDeadLetter opens it; a decoded letter has it nil and the fields
+	// filled.
 	Sealed []byte `json:"sealed,omitempty"`
 }
 
@@ -73,13 +75,40 @@ type sealedPart struct {
 	LastError   string            `json:"last_error,omitempty"`
 }
 
-// addressRedacted replaces the recipient's address in a sealed letter's
-// clear last_error.
-const addressRedacted = "<address>"
+// redacted replaces, in a sealed letter's clear last_error, each word that
+// could name a host.
+const redacted = "<redacted>"
+
+// clearError is lastErr as a sealed letter shows it in clear: each word
+// that holds anything but letters, digits, '_' and '-' (a URL, a host name,
+// an IP address, a host and port, a quoted string) is replaced, and so is
+// the recipient's host where it is a single label; a word's trailing ':',
+// ',' or ';' is kept, so the reason still reads ("Post <redacted>: dial tcp
+// <redacted>: connect: connection refused"). The whole error is sealed.
+func clearError(lastErr, address string) string {
+	host := ""
+	if u, err := url.Parse(address); err == nil {
+		host = u.Hostname()
+	}
+	words := strings.Fields(lastErr)
+	for i, w := range words {
+		core := strings.TrimRight(w, ":,;")
+		if core == "" {
+			continue
+		}
+		plain := strings.IndexFunc(core, func(c rune) bool {
+			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
+		}) < 0
+		if !plain || strings.EqualFold(core, host) {
+			words[i] = redacted + w[len(core):]
+		}
+	}
+	return strings.Join(words, " ")
+}
 
 // SealWith is d as DeadLetterWriter writes it with keys: address, message,
-// headers and the whole last error in Sealed, the rest in clear (the
-// address cut out of last_error).
+// headers and the whole last error in Sealed, the rest in clear (last_error
+// naming no host: clearError).
 func (d DeadLetter) SealWith(s Sealer) (DeadLetter, error) {
 	b, err := json.Marshal(sealedPart{
 		EventType: d.EventType, EventID: d.EventID, AttemptID: d.AttemptID, RecipientID: d.Recipient.ID,
@@ -88,9 +117,7 @@ func (d DeadLetter) SealWith(s Sealer) (DeadLetter, error) {
 	if err != nil {
 		return d, err
 	}
-	if d.Recipient.Address != "" {
-		d.LastError = strings.ReplaceAll(d.LastError, d.Recipient.Address, addressRedacted)
-	}
+	d.LastError = clearError(d.LastError, d.Recipient.Address)
 	d.Recipient.Address, d.Message, d.Event.Headers = "", fanout.Message{}, nil
 	d.Sealed = s.Seal(b)
 	return d, nil
@@ -123,11 +150,17 @@ func (d DeadLetter) open(keys Opener) (DeadLetter, error) {
 // withoutMessage is d as written when the DLQ topic refused it whole: no
 // message and no event headers, a few KiB at most.
 func (d DeadLetter) withoutMessage() DeadLetter {
+	if d.MessageOmitted != 0 {
+		return d // written without it already (publishDeadLetters)
+	}
 	d.MessageOmitted = max(len(d.Message.Body)+len(d.Message.ContentType), 1)
 	d.Message = fanout.Message{}
 	d.Event.Headers = nil
 	return d
 }
+
+// ErrNotSealed is DecodeDeadLetter refusing a letter in clear read with keys.
+var ErrNotSealed = errors.New("in clear, and keys are configured: fanout then writes only sealed letters")
 
 // MaxDeadLetterBytes bounds a deliveries dead letter as read back: the
 // largest one fanout writes (a fanout.MaxMessageBytes message, base64 in
@@ -147,7 +180,9 @@ const maxDeadLetterAttempts = 1000
 // follows the grammar, and whose address and message are within fanout's
 // bounds. A sealed letter is opened with keys (nil: it is refused) and its
 // sealed part must name the same event, attempt and recipient; a letter in
-// clear (written without keys) is read as it is.
+// clear is read as it is without keys, and refused with them (ErrNotSealed):
+// with keys fanout writes only sealed letters, so a clear one is someone
+// else's, and must not supply a message or an address.
 func DecodeDeadLetter(b []byte, keys Opener) (DeadLetter, error) {
 	var d DeadLetter
 	if len(b) > MaxDeadLetterBytes {
@@ -155,6 +190,9 @@ func DecodeDeadLetter(b []byte, keys Opener) (DeadLetter, error) {
 	}
 	if err := json.Unmarshal(b, &d); err != nil {
 		return DeadLetter{}, fmt.Errorf("dead letter: %w", err)
+	}
+	if d.Sealed == nil && keys != nil {
+		return DeadLetter{}, fmt.Errorf("dead letter of event %.64q: %w", d.EventID, ErrNotSealed)
 	}
 	if d.Sealed != nil {
 		var err error
@@ -291,3 +329,6 @@ func (w *DeadLetterWriter) record(d DeadLetter) (kafka.Message, error) {
 
 // Close flushes and closes the writers.
 func (w *DeadLetterWriter) Close() error { return errors.Join(w.w.Close(), w.single.Close()) }
+
+// DeadLetterChunk is the most letters a dead-lettering publishes at once.
+const DeadLetterChunk = 1000

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -169,7 +170,7 @@ func TestSealedDeadLetter(t *testing.T) {
 	}
 	for k, want := range map[string]any{
 		"event_id": "order-42", "event_type": "webhook", "attempt_id": d.AttemptID, "priority": "high",
-		"attempts": 5.0, "last_error": `Post "<address>": connection refused`,
+		"attempts": 5.0, "last_error": `Post <redacted>: connection refused`,
 	} {
 		if raw[k] != want {
 			t.Errorf("clear %s = %v, want %v", k, raw[k], want)
@@ -205,8 +206,12 @@ func TestSealedDeadLetter(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if got, err := activities.DecodeDeadLetter(marshal(t, d), keys); err != nil || !reflect.DeepEqual(got, d) {
-		t.Errorf("a letter in clear with keys: %v", err)
+	// With keys fanout writes only sealed letters: one in clear is refused.
+	if _, err := activities.DecodeDeadLetter(marshal(t, d), keys); !errors.Is(err, activities.ErrNotSealed) {
+		t.Errorf("a letter in clear with keys: %v, want ErrNotSealed", err)
+	}
+	if got, err := activities.DecodeDeadLetter(marshal(t, d), nil); err != nil || !reflect.DeepEqual(got, d) {
+		t.Errorf("a letter in clear without keys: %v", err)
 	}
 	// The largest message still fits a sealed letter.
 	big := validDeadLetter()
@@ -214,5 +219,42 @@ func TestSealedDeadLetter(t *testing.T) {
 	bb := marshal(t, sealed(t, big, keys))
 	if _, err := activities.DecodeDeadLetter(bb, keys); err != nil {
 		t.Errorf("a sealed letter of the largest message (%d bytes): %v", len(bb), err)
+	}
+}
+
+// TestSealedLetterClearErrorNamesNoHost: the clear last_error of a sealed
+// letter names neither the recipient's host (in any of the forms an error
+// gives it: its origin, host and port, a DNS lookup) nor another host the
+// error names (a redirect's, a resolved address), while the sealed part
+// keeps the whole error.
+func TestSealedLetterClearErrorNamesNoHost(t *testing.T) {
+	keys := testKeys(t)
+	for _, lastErr := range []string{
+		`Post "https://hooks.secret.example:8443": dial tcp: lookup hooks.secret.example: no such host`,
+		`Post "https://hooks.secret.example:8443": dial tcp 10.1.2.3:8443: connect: connection refused`,
+		`redirected: to https://other.secret.example/x`,
+		`HTTP 410 from hooks.secret.example`,
+		`HTTP 502 from [2001:db8::7]:8443`,
+	} {
+		d := validDeadLetter()
+		d.Recipient.Address = "https://hooks.secret.example:8443/t0ken"
+		d.LastError = lastErr
+		var raw struct {
+			LastError string `json:"last_error"`
+		}
+		if err := json.Unmarshal(marshal(t, sealed(t, d, keys)), &raw); err != nil {
+			t.Fatal(err)
+		}
+		for _, host := range []string{"secret", "10.1.2.3", "2001:db8", "8443"} {
+			if strings.Contains(raw.LastError, host) {
+				t.Errorf("clear last_error %q names %q (error %q)", raw.LastError, host, lastErr)
+			}
+		}
+		if raw.LastError == "" {
+			t.Errorf("clear last_error of %q is empty; want its reason", lastErr)
+		}
+		if got, err := activities.DecodeDeadLetter(marshal(t, sealed(t, d, keys)), keys); err != nil || got.LastError != lastErr {
+			t.Errorf("read back with keys: last_error %q, %v; want %q", got.LastError, err, lastErr)
+		}
 	}
 }

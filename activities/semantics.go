@@ -105,16 +105,18 @@ func (a *Activities) giveUpUnconfirmed(ctx context.Context, in DeliverBatchInput
 		return nil
 	}
 	fs := make([]Failure, len(rs))
-	ids := make([]string, len(rs))
 	for i, r := range rs {
 		fs[i] = Failure{Recipient: r, Attempts: 1, Error: ReasonUnconfirmedAtMostOnce +
 			": an earlier try of this batch called it, or was about to, and stopped before its outcome was recorded; not called again (at-most-once)"}
-		ids[i] = r.ID
 	}
-	if err := a.publishDeadLetters(ctx, in, fs); err != nil {
-		return err
-	}
-	if err := a.Gate.MarkUnconfirmed(ctx, eventKey(in.Event), in.AttemptID, ids...); err != nil {
+	err := a.publishDeadLetters(ctx, in, fs, func(chunk []Failure) error {
+		ids := make([]string, len(chunk))
+		for i, f := range chunk {
+			ids[i] = f.Recipient.ID
+		}
+		return a.Gate.MarkUnconfirmed(ctx, eventKey(in.Event), in.AttemptID, ids...)
+	})
+	if err != nil {
 		return err
 	}
 	res.addGivenUp(fs, a.DeadLetters != nil)

@@ -40,9 +40,12 @@ type RedriveFilter struct {
 
 // Match reports whether d passes the filter.
 func (f RedriveFilter) Match(d activities.DeadLetter) bool {
-	return (f.EventID == "" || d.EventID == f.EventID) &&
-		(f.EventType == "" || d.EventType == f.EventType) &&
-		(f.ErrorContains == "" || strings.Contains(d.LastError, f.ErrorContains))
+	return f.matchEvent(d) && (f.ErrorContains == "" || strings.Contains(d.LastError, f.ErrorContains))
+}
+
+// matchEvent reports whether d is of an event the filter selects.
+func (f RedriveFilter) matchEvent(d activities.DeadLetter) bool {
+	return (f.EventID == "" || d.EventID == f.EventID) && (f.EventType == "" || d.EventType == f.EventType)
 }
 
 // RedriveOptions of a deliveries redrive.
@@ -61,6 +64,7 @@ type RedriveOptions struct {
 	Wait bool
 	// Keys open sealed dead letters (internal/codec's Keyring, from
 	// FANOUT_CODEC_KEYS); without them sealed letters count as Invalid and
+	// stay in the DLQ, and with them letters in clear count as Unsealed and
 	// stay in the DLQ.
 	Keys activities.Opener
 	// DryRun reads and groups the dead letters and starts nothing: the
@@ -118,6 +122,10 @@ type RedriveResult struct {
 	// Invalid records of the topic are not dead letters fanout wrote
 	// (activities.DecodeDeadLetter refused them): left in the DLQ.
 	Invalid int
+	// Unsealed are dead letters in clear read with Keys: with keys fanout
+	// writes only sealed ones, so these are refused (never delivered, nor
+	// the message of a sealed one) and left in the DLQ.
+	Unsealed int
 	// Plan: the matched dead letters per event, in the order the DLQ
 	// first names each event.
 	Plan []RedriveEventPlan
@@ -147,6 +155,92 @@ type redriveGroup struct {
 	recs  []fanout.Recipient
 }
 
+// redriveRead is what a redrive read from the DLQ: the matched dead letters
+// grouped by (event, attempt), in the order the DLQ first names each group.
+type redriveRead struct {
+	o      RedriveOptions
+	res    RedriveResult
+	groups map[string]*redriveGroup
+	order  []string
+	seen   map[string]bool
+	plans  map[string]int // event key -> index in res.Plan
+	// messages holds, per (event, attempt) of the events the filter
+	// selects, a letter that carries the message: a batch's letters carry
+	// it once per chunk (activities.DeadLetterChunk), and that letter's own
+	// recipient may not match the filter.
+	messages map[string]activities.DeadLetter
+}
+
+// add reads one record of the DLQ.
+func (r *redriveRead) add(m kafka.Message) {
+	d, err := activities.DecodeDeadLetter(m.Value, r.o.Keys)
+	if errors.Is(err, activities.ErrNotSealed) {
+		// With keys, a letter in clear is not one of ours: anyone who can
+		// write to the topic could have written it, message and all.
+		r.res.Unsealed++
+		slog.Warn("a dead letter in clear, and keys are configured: left in the DLQ", "partition", m.Partition, "offset", m.Offset)
+		return
+	}
+	if err != nil {
+		// Not one fanout wrote: leave it, and say so.
+		r.res.Invalid++
+		slog.Warn("not a valid dead letter; left in the DLQ", "partition", m.Partition, "offset", m.Offset, "err", err)
+		return
+	}
+	if !r.o.Filter.matchEvent(d) {
+		return
+	}
+	k := d.EventID + "\x00" + d.AttemptID
+	if _, ok := r.messages[k]; !ok && d.MessageOmitted == 0 {
+		r.messages[k] = d
+	}
+	if !r.o.Filter.Match(d) {
+		return
+	}
+	if rk := k + "\x00" + d.Recipient.ID; r.seen[rk] {
+		return
+	} else {
+		r.seen[rk] = true
+	}
+	g := r.groups[k]
+	if g == nil {
+		g = &redriveGroup{first: d}
+		r.groups[k] = g
+		r.order = append(r.order, k)
+	}
+	g.recs = append(g.recs, d.Recipient)
+	r.res.Matched++
+	r.plan(d)
+}
+
+// plan counts d in its event's plan.
+func (r *redriveRead) plan(d activities.DeadLetter) {
+	ek := d.EventType + "\x00" + d.EventID
+	i, ok := r.plans[ek]
+	if !ok {
+		i = len(r.res.Plan)
+		r.plans[ek] = i
+		r.res.Plan = append(r.res.Plan, RedriveEventPlan{EventType: d.EventType, EventID: d.EventID, Priority: d.Priority, Errors: map[string]int{}})
+	}
+	r.res.Plan[i].DeadLetters++
+	reason := d.LastError
+	if len(reason) > MaxReasonLen {
+		reason = strings.ToValidUTF8(reason[:MaxReasonLen], "") + "..."
+	}
+	r.res.Plan[i].Errors[reason]++
+}
+
+// resolve gives each group whose first letter was written without the
+// message the letter of its batch that holds it, if the DLQ has one.
+func (r *redriveRead) resolve() {
+	for k, g := range r.groups {
+		if d, ok := r.messages[k]; ok && g.first.MessageOmitted != 0 {
+			g.first = d
+		}
+	}
+	r.messages = nil
+}
+
 // RedriveDeliveries redrives the deliveries DLQ.
 func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) (RedriveResult, error) {
 	if o.Rate <= 0 {
@@ -161,65 +255,26 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 	if err := fanout.ValidateID(o.Round); err != nil {
 		return RedriveResult{}, fmt.Errorf("redrive round: %w", err)
 	}
-	groups := map[string]*redriveGroup{}
-	var order []string
-	seen := map[string]bool{}
-	var res RedriveResult
+	rd := &redriveRead{o: o, groups: map[string]*redriveGroup{}, seen: map[string]bool{}, plans: map[string]int{}, messages: map[string]activities.DeadLetter{}}
 	prog := RedriveProgress{Phase: "read"}
-	var pr *progress
-	pr = newProgress(nil, o.ProgressEvery)
+	pr := newProgress(nil, o.ProgressEvery)
 	if o.Progress != nil {
-		pr.fn = func() { prog.RedriveResult = res; o.Progress(prog) }
+		pr.fn = func() { prog.RedriveResult = rd.res; o.Progress(prog) }
 	}
-	plans := map[string]int{} // event key -> index in res.Plan
 	err := kafkatopic.ReadAll(ctx, o.Kafka, o.Topic, func(m kafka.Message) error {
 		prog.Read++
 		pr.tick(false)
-		d, err := activities.DecodeDeadLetter(m.Value, o.Keys)
-		if err != nil {
-			// Not one fanout wrote: leave it, and say so.
-			res.Invalid++
-			slog.Warn("not a valid dead letter; left in the DLQ", "partition", m.Partition, "offset", m.Offset, "err", err)
-			return nil
-		}
-		if !o.Filter.Match(d) {
-			return nil
-		}
-		k := d.EventID + "\x00" + d.AttemptID
-		if rk := k + "\x00" + d.Recipient.ID; seen[rk] {
-			return nil
-		} else {
-			seen[rk] = true
-		}
-		g := groups[k]
-		if g == nil {
-			g = &redriveGroup{first: d}
-			groups[k] = g
-			order = append(order, k)
-		}
-		if g.first.MessageOmitted != 0 && d.MessageOmitted == 0 {
-			g.first = d
-		}
-		g.recs = append(g.recs, d.Recipient)
-		res.Matched++
-		ek := d.EventType + "\x00" + d.EventID
-		i, ok := plans[ek]
-		if !ok {
-			i = len(res.Plan)
-			plans[ek] = i
-			res.Plan = append(res.Plan, RedriveEventPlan{EventType: d.EventType, EventID: d.EventID, Priority: d.Priority, Errors: map[string]int{}})
-		}
-		res.Plan[i].DeadLetters++
-		reason := d.LastError
-		if len(reason) > MaxReasonLen {
-			reason = strings.ToValidUTF8(reason[:MaxReasonLen], "") + "..."
-		}
-		res.Plan[i].Errors[reason]++
+		rd.add(m)
 		return nil
 	})
+	res, groups, order, plans := rd.res, rd.groups, rd.order, rd.plans
+	if o.Progress != nil {
+		pr.fn = func() { prog.RedriveResult = res; o.Progress(prog) }
+	}
 	if err != nil {
 		return res, err
 	}
+	rd.resolve()
 	for _, k := range order {
 		g := groups[k]
 		pl := &res.Plan[plans[g.first.EventType+"\x00"+g.first.EventID]]

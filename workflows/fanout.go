@@ -614,8 +614,15 @@ func (r *fanoutRun) deadLetterFailed(in activities.DeliverBatchInput, err error)
 	if workflow.GetVersion(r.ctx, "dead-letter-failed-batches", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nil
 	}
+	// On the batch's delivery queue (the letters' memory and Kafka writes
+	// belong to the delivery pool, not to event processing), heartbeating
+	// between chunks of letters. Neither the queue nor the timeouts are
+	// part of what a replay compares, so histories that ran it on the
+	// events queue replay unchanged.
 	actx := workflow.WithActivityOptions(r.ctx, workflow.ActivityOptions{
-		StartToCloseTimeout:    time.Minute,
+		TaskQueue:              vocab.DeliveryTaskQueue(r.st.Priority),
+		StartToCloseTimeout:    10 * time.Minute,
+		HeartbeatTimeout:       time.Minute,
 		ScheduleToCloseTimeout: 24 * time.Hour, // Kafka may be down a while
 		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
 	})

@@ -94,8 +94,10 @@ type recorder struct {
 	delivers    []deliverCall
 	heartbeats  []time.Duration // HeartbeatTimeout of each DeliverBatch activity (not local)
 	paced       []pacedCall
-	// deadLettered: DeadLetterBatch calls, attempt id -> reason.
-	deadLettered map[string]string
+	// deadLettered: DeadLetterBatch calls, attempt id -> reason;
+	// deadLetterQueues: the task queue each ran on.
+	deadLettered     map[string]string
+	deadLetterQueues map[string]string
 
 	childIDs    []string
 	childQueues map[string]bool
@@ -299,13 +301,15 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		})
 
 	env.OnActivity(a.DeadLetterBatch, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.DeadLetterBatchInput) (int, error) {
+		func(ctx context.Context, in activities.DeadLetterBatchInput) (int, error) {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			if rec.deadLettered == nil {
 				rec.deadLettered = map[string]string{}
+				rec.deadLetterQueues = map[string]string{}
 			}
 			rec.deadLettered[in.Batch.AttemptID] = in.Reason
+			rec.deadLetterQueues[in.Batch.AttemptID] = activity.GetInfo(ctx).TaskQueue
 			if in.Batch.Ref != nil {
 				return in.Batch.Ref.Count, nil
 			}
@@ -790,6 +794,11 @@ func TestFanoutFailedBatch(t *testing.T) {
 	}
 	if len(rec.deadLettered) != 1 || !strings.Contains(rec.deadLettered[bad], "no handler") {
 		t.Errorf("dead-lettered batches %v, want only %s with its error", rec.deadLettered, bad)
+	}
+	// On the batch's delivery queue, where the letters' memory and Kafka
+	// writes belong, never on the events queue.
+	if q, want := rec.deadLetterQueues[bad], vocab.DeliveryTaskQueue(fanout.PriorityNormal); q != want {
+		t.Errorf("DeadLetterBatch ran on %q, want %q", q, want)
 	}
 	if rec.status != vocab.StatusCompletedWithFailures {
 		t.Errorf("status %q, want %q", rec.status, vocab.StatusCompletedWithFailures)

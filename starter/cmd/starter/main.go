@@ -358,8 +358,11 @@ be redriven and starts nothing.`,
 	if res.Invalid > 0 {
 		fmt.Printf("redrive: %d records of the topic are not valid dead letters (see the log) and are left in the DLQ\n", res.Invalid)
 	}
+	if res.Unsealed > 0 {
+		fmt.Printf("redrive: %d dead letters are in clear while keys are configured (not written by fanout) and are left in the DLQ\n", res.Unsealed)
+	}
 	if res.Unredrivable > 0 {
-		fmt.Printf("redrive: %d dead letters were written without their message (the DLQ topic refused them whole) and are left in the DLQ\n", res.Unredrivable)
+		fmt.Printf("redrive: %d dead letters were written without their message and no letter of their batch holds it; left in the DLQ\n", res.Unredrivable)
 	}
 	return err
 }
@@ -453,5 +456,8 @@ func printRedrivePlan(w io.Writer, res starter.RedriveResult, topic string) {
 	}
 	if res.Invalid > 0 {
 		fmt.Fprintf(w, "redrive: %d records of the topic are not valid dead letters (see the log)\n", res.Invalid)
+	}
+	if res.Unsealed > 0 {
+		fmt.Fprintf(w, "redrive: %d dead letters are in clear while keys are configured (see the log)\n", res.Unsealed)
 	}
 }

@@ -409,8 +409,12 @@ func TestNothingInClear(t *testing.T) {
 			clear["permanent"] != true || clear["sealed"] == nil || !strings.HasPrefix(clear["recipient"].(map[string]any)["id"].(string), "rcpt-") {
 			t.Fatalf("dead letter's clear fields: %s", r)
 		}
+		// A batch's letters carry the message once per chunk (the others
+		// say it is omitted; a redrive takes it from that one).
 		d, err := activities.DecodeDeadLetter(r, st.Keyring)
-		if err != nil || d.Recipient.Address != dest.address(big.ID, mustAtoi(t, strings.TrimPrefix(d.Recipient.ID, "rcpt-"))) || !strings.Contains(string(d.Message.Body), big.Text) {
+		hasMessage := d.MessageOmitted == 0 && strings.Contains(string(d.Message.Body), big.Text)
+		if err != nil || d.Recipient.Address != dest.address(big.ID, mustAtoi(t, strings.TrimPrefix(d.Recipient.ID, "rcpt-"))) ||
+			!hasMessage && (d.MessageOmitted == 0 || len(d.Message.Body) != 0) {
 			t.Fatalf("dead letter decoded: %+v %v", d, err)
 		}
 		if _, err := activities.DecodeDeadLetter(r, nil); err == nil {
