@@ -374,9 +374,11 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("MaxAttempts: %d is negative", o.MaxAttempts)
 	case o.CallTimeout < 0:
 		return fmt.Errorf("CallTimeout: %v is negative", o.CallTimeout)
-	case o.CallTimeout > MaxCallTimeout(o.DeliverTimeout):
+	case cmp.Or(o.CallTimeout, DefaultCallTimeout) > MaxCallTimeout(o.DeliverTimeout):
+		// The default too: an attempt shorter than twice a call and its
+		// slack would yield before starting any.
 		return fmt.Errorf("CallTimeout: %v is over %v: a batch heartbeats between calls and stops starting them a call's time before its attempt's deadline (DeliverTimeout %v), keeping half the attempt to start them",
-			o.CallTimeout, MaxCallTimeout(o.DeliverTimeout), cmp.Or(o.DeliverTimeout, DefaultDeliverTimeout))
+			cmp.Or(o.CallTimeout, DefaultCallTimeout), MaxCallTimeout(o.DeliverTimeout), cmp.Or(o.DeliverTimeout, DefaultDeliverTimeout))
 	case o.MaxPages < 0:
 		return fmt.Errorf("MaxPages: %d is negative", o.MaxPages)
 	case o.MaxRecipients < 0:

@@ -59,6 +59,7 @@ func TestRegistryRegisterRejects(t *testing.T) {
 		{"DeliverConcurrency negative", "t", h, TypeOptions{DeliverConcurrency: -1}, []string{"DeliverConcurrency"}},
 		{"MaxAttempts negative", "t", h, TypeOptions{MaxAttempts: -1}, []string{"MaxAttempts"}},
 		{"MaxPages negative", "t", h, TypeOptions{MaxPages: -1}, []string{"MaxPages"}},
+		{"DeliverTimeout too short for the default CallTimeout", "t", h, TypeOptions{DeliverTimeout: 8 * time.Second}, []string{"CallTimeout", "10s"}},
 		{"FairnessWeight negative", "t", h, TypeOptions{FairnessWeight: -1}, []string{"FairnessWeight"}},
 		{"FairnessWeight over MaxFairnessWeight", "t", h, TypeOptions{FairnessWeight: MaxFairnessWeight + 1}, []string{"FairnessWeight", "1001"}},
 		{"FairnessWeight NaN", "t", h, TypeOptions{FairnessWeight: math.NaN()}, []string{"FairnessWeight", "NaN"}},

@@ -131,9 +131,10 @@ func (r *recorder) check(t *testing.T, name string, want []string) {
 }
 
 // pagedEndpoint serves recips as a recipients endpoint: pages of the asked
-// limit, the cursor being the offset.
+// limit, the cursor being the offset. Its URL is its route on the demo
+// server (Stack.Route), the origin the workers allow payloads to name.
 func pagedEndpoint(t *testing.T, recips []fanout.Recipient) *countingServer {
-	return startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, req *http.Request) {
+	s := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, req *http.Request) {
 		var rr webhook.RecipientsRequest
 		if err := json.NewDecoder(req.Body).Decode(&rr); err != nil || rr.Limit <= 0 {
 			http.Error(w, "bad request", http.StatusBadRequest)
@@ -147,6 +148,8 @@ func pagedEndpoint(t *testing.T, recips []fanout.Recipient) *countingServer {
 		}
 		json.NewEncoder(w).Encode(page)
 	})
+	s.URL = st.Route(s.Config.Handler)
+	return s
 }
 
 // webhookPayload is a webhook event's payload: its message and where its
@@ -438,7 +441,7 @@ func TestEndlessAudiences(t *testing.T) {
 				}
 				json.NewEncoder(w).Encode(page)
 			})
-			st.publishEnvelopes(t, starter.Envelope{ID: id, Type: boundedType, Payload: webhookPayload(t, "endless", endpoint.URL)})
+			st.publishEnvelopes(t, starter.Envelope{ID: id, Type: boundedType, Payload: webhookPayload(t, "endless", st.Route(endpoint.Config.Handler))})
 			res, err := st.waitTyped(boundedType, id, 2*time.Minute)
 			if err == nil || !strings.Contains(err.Error(), c.reason) {
 				t.Fatalf("event %s: %+v %v; want it failed with %s", id, res.Progress, err, c.reason)

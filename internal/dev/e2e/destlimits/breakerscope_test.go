@@ -39,7 +39,8 @@ func TestOneEventCannotTripAnotherEventsBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{"FANOUT_BRIDGE=true", "FANOUT_MAX_ATTEMPTS=2", "FANOUT_RETRY_INITIAL=200ms", "FANOUT_RETRY_MAX=1s",
-		"FANOUT_BREAKER_FAILURES=2", "FANOUT_BREAKER_COOLDOWN=2m"}
+		"FANOUT_BREAKER_FAILURES=2", "FANOUT_BREAKER_COOLDOWN=2m",
+		"FANOUT_RECIPIENTS_URL_ALLOW=" + strings.TrimSuffix(recipientsURL, "/recipients")} // the events' recipients_url
 	if err := s.StartWorker("worker", "events,high,normal,low", env...); err != nil {
 		t.Fatal(err)
 	}

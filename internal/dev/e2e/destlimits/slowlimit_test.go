@@ -21,15 +21,15 @@ import (
 )
 
 // slowType is a webhook type whose destinations are limited to one call
-// every 15 s, with batch attempts of 8 s: a limit slower than one call per
-// attempt.
+// every 15 s, with batch attempts of 12 s (calls of at most 1 s): a limit slower
+// than one call per attempt.
 const slowType = "webhook-slow"
 
-var slowOptions = fanout.TypeOptions{DestinationRate: 4.0 / 60, DeliverTimeout: 8 * time.Second, LocalDeliveryMax: -1}
+var slowOptions = fanout.TypeOptions{DestinationRate: 4.0 / 60, DeliverTimeout: 12 * time.Second, CallTimeout: time.Second, LocalDeliveryMax: -1}
 
 // TestSlowLimitWaitsInsteadOfSpinning (issue 23, item 8) on the real stack
 // (Temporal dev server, redis-server, loopback HTTP): three recipients of
-// one destination limited to one call every 15 s, each batch attempt 8 s
+// one destination limited to one call every 15 s, each batch attempt 12 s
 // long, are delivered in a few attempts, each coming back when its next
 // call is due, not in an attempt every 100 ms.
 func TestSlowLimitWaitsInsteadOfSpinning(t *testing.T) {
