@@ -41,9 +41,11 @@ type Activities struct {
 	DeadLetters DeadLetterPublisher
 	// Backoff computes delivery retry delays (DefaultBackoff when zero).
 	Backoff Backoff
-	// DeliverConcurrency, when set, replaces the batches' own concurrency:
-	// a delivery worker's concurrent calls are BatchSlots × this.
+	// DeliverConcurrency, when set, replaces the batches' own concurrency.
 	DeliverConcurrency int
+	// Calls is the worker's budget of calls in flight, shared by its
+	// batches (calls.go); nil: each batch only has its own concurrency.
+	Calls *Calls
 	// Destinations limits and breaks deliveries per destination (see
 	// destinations.go); nil: neither.
 	Destinations *Destinations
@@ -770,11 +772,13 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 				derr := errNotCalled
 				call, err := a.markSending(gctx, &in, r.ID) // at most once: mark, then call
 				if err != nil {
+					a.Calls.release()
 					return err
 				}
 				if call {
 					derr = dfeed.deliver(gctx, h, &in, j) // h.Deliver, timed (metrics.go), through the breaker
 				}
+				a.Calls.release()
 				o := outcome{r: r, err: derr}
 				if derr != nil {
 					o.retryAfter, _ = fanout.RetryAfterOf(derr)
@@ -844,8 +848,23 @@ feed:
 		if !low {
 			a.Brake.Signal()
 		}
+		// A call from the worker's pool (calls.go), before the feed picks
+		// a recipient: a wait for a destination's limit holds at most one
+		// call per batch.
+		if err := a.Calls.acquire(fctx, in.Priority); err != nil {
+			if yielded(err) {
+				left = leftOver{n: src.remaining()}
+			}
+			break feed
+		}
+		if hasDeadline && time.Now().After(yield) { // waited for the call past the yield
+			a.Calls.release()
+			left.n = src.remaining()
+			break feed
+		}
 		j, ok, err := src.next(fctx)
 		if !ok {
+			a.Calls.release()
 			if yielded(err) {
 				due, _ := paceDue(err)
 				left = leftOver{n: src.remaining(), due: due}
@@ -857,6 +876,7 @@ feed:
 		select {
 		case work <- j:
 		case <-gctx.Done():
+			a.Calls.release()
 			break feed
 		}
 	}

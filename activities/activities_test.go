@@ -569,3 +569,96 @@ func TestDeadLetterBatchStreamsChunks(t *testing.T) {
 		t.Errorf("%d recipients dead-lettered, %d letters without the message; want %d, %d", len(dl.recipient), dl.omitted, n, n-chunks)
 	}
 }
+
+// TestBatchesShareTheWorkersCalls: the batches a worker runs draw their
+// calls from one pool (activities.Calls): together they never have more in
+// flight than the pool, and a call that ends goes to the highest priority
+// waiting: a high batch that asked after a low one is served first.
+func TestBatchesShareTheWorkersCalls(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		inFlight int
+		peak     int
+		started  []string
+		release  = map[string]chan struct{}{}
+		hold     = make(chan struct{})
+	)
+	for i := range 4 {
+		release[fmt.Sprintf("normal-%d", i)] = make(chan struct{})
+	}
+	h := &audience{delivered: map[string]int{}, fail: func(r fanout.Recipient) error {
+		mu.Lock()
+		inFlight++
+		peak = max(peak, inFlight)
+		started = append(started, r.ID)
+		ch, ok := release[r.ID]
+		mu.Unlock()
+		if !ok {
+			ch = hold
+		}
+		<-ch
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	}}
+	reg := fanout.NewRegistry()
+	reg.MustRegister("t", h, fanout.TypeOptions{})
+	acts := &activities.Activities{Registry: reg, Calls: activities.NewCalls(4)}
+	batch := func(prio fanout.Priority, n int) activities.DeliverBatchInput {
+		rs := make([]fanout.Recipient, n)
+		for i := range rs {
+			rs[i] = fanout.Recipient{ID: fmt.Sprintf("%s-%d", prio, i)}
+		}
+		return activities.DeliverBatchInput{Event: event(string(prio), n), AttemptID: "a#0", Recipients: rs,
+			MaxAttempts: 1, Concurrency: 4, Priority: prio}
+	}
+	calls := func() int { mu.Lock(); defer mu.Unlock(); return len(started) }
+	waitCalls := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); calls() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for call %d: %v", n, started)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // the batches ask for their next call
+	}
+	var wg sync.WaitGroup
+	run := func(in activities.DeliverBatchInput) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res, err := runDeliverBatch(acts, in, worker.Options{}); err != nil || res.Delivered != len(in.Recipients) {
+				t.Errorf("%s batch: %+v %v", in.Priority, res, err)
+			}
+		}()
+	}
+	// A normal batch takes the whole pool; a low batch, then a high one,
+	// wait for calls.
+	run(batch(fanout.PriorityNormal, 4))
+	waitCalls(4)
+	run(batch(fanout.PriorityLow, 3))
+	time.Sleep(100 * time.Millisecond)
+	run(batch(fanout.PriorityHigh, 3))
+	time.Sleep(100 * time.Millisecond)
+	if n := calls(); n != 4 {
+		t.Errorf("%d calls started with the pool taken, want 4", n)
+	}
+	// The normal calls end one by one: each frees one call.
+	for i := range 4 {
+		close(release[fmt.Sprintf("normal-%d", i)])
+		waitCalls(5 + i)
+	}
+	close(hold)
+	wg.Wait()
+	if peak > 4 {
+		t.Errorf("%d calls in flight at once across the batches, over the pool's 4", peak)
+	}
+	var next []string
+	for _, id := range started[4:8] {
+		next = append(next, strings.SplitN(id, "-", 2)[0])
+	}
+	if want := []string{"high", "high", "high", "low"}; !slices.Equal(next, want) {
+		t.Errorf("the freed calls went to %v, want %v", next, want)
+	}
+}

@@ -22,9 +22,13 @@ func TestFastPathCallsInFlightAreBounded(t *testing.T) {
 			t.Errorf("BatchSlots %d: the events worker runs %d local activities at once (0: the SDK's 1,000), want at most %d, so at most %d calls in flight",
 				slots, got, want, want*fanout.DefaultDeliverConcurrency)
 		}
-		// The delivery queues keep theirs.
-		if got := workerOptions(string(fanout.PriorityHigh), o, nil).MaxConcurrentActivityExecutionSize; got != want {
-			t.Errorf("BatchSlots %d: the high queue runs %d batches at once, want %d", slots, got, want)
+		// The delivery queues run twice as many batches as the budget
+		// needs; the budget itself is the shared pool's.
+		if got := workerOptions(string(fanout.PriorityHigh), o, nil).MaxConcurrentActivityExecutionSize; got != want*SlotsPerBudget {
+			t.Errorf("BatchSlots %d: the high queue runs %d batches at once, want %d", slots, got, want*SlotsPerBudget)
+		}
+		if got := o.callBudget(); got != want*fanout.DefaultDeliverConcurrency {
+			t.Errorf("BatchSlots %d: a pool of %d calls, want %d", slots, got, want*fanout.DefaultDeliverConcurrency)
 		}
 	}
 }

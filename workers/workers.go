@@ -6,6 +6,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -49,8 +50,13 @@ type Options struct {
 	// Queues to serve: vocab.QueueEvents and/or priorities ("high",
 	// "normal", "low"); vocab.Queues() is all of them.
 	Queues []string
-	// BatchSlots is how many delivery batches one delivery worker runs at
-	// once per priority (each delivers with its type's DeliverConcurrency).
+	// BatchSlots sizes a worker's delivery budget: BatchSlots × the
+	// default DeliverConcurrency (or DeliverConcurrency when set) calls in
+	// flight, one pool shared by all the batches the worker runs
+	// (activities.Calls), higher priorities first. Each delivery queue
+	// runs up to twice BatchSlots batches at once (SlotsPerBudget), so
+	// that when a batch is down to its last slow calls others keep the
+	// budget busy.
 	BatchSlots int
 	// LowPrioritySlots is the same for the low-priority queue; 0 means an
 	// eighth of BatchSlots (at least 1), so a huge low-priority event uses
@@ -89,7 +95,8 @@ func Run(ctx context.Context, o Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff, DeliverConcurrency: o.DeliverConcurrency}
+	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff, DeliverConcurrency: o.DeliverConcurrency,
+		Calls: activities.NewCalls(o.callBudget())}
 	if o.Redis != nil {
 		acts.Staging = staging.New(o.Redis, o.GateTTL).WithSealer(o.Sealer)
 		if !o.DisableDedup {
@@ -150,6 +157,20 @@ func (o Options) batchSlots() int {
 	return o.BatchSlots
 }
 
+// SlotsPerBudget is how many batches a delivery queue runs at once per
+// batch of the budget (BatchSlots): twice as many batches as the calls
+// need, so a batch's tail (its last, slowest calls) never leaves the
+// budget idle; the calls in flight stay bounded by the shared pool. With
+// a sink answering in 50 ms, one slot per budget batch delivered at 0.5
+// of a bare loop with the same calls in flight (a batch waits for its
+// slowest call before its slot takes the next).
+const SlotsPerBudget = 2
+
+// callBudget is the calls in flight the worker's batches share.
+func (o Options) callBudget() int {
+	return o.batchSlots() * cmp.Or(max(o.DeliverConcurrency, 0), fanout.DefaultDeliverConcurrency)
+}
+
 // workerOptions are the worker options of queue q (vocab.QueueEvents or a
 // priority).
 func workerOptions(q string, o Options, icps []interceptor.WorkerInterceptor) worker.Options {
@@ -170,7 +191,7 @@ func workerOptions(q string, o Options, icps []interceptor.WorkerInterceptor) wo
 			Interceptors:                     icps,
 		}
 	}
-	n := o.batchSlots()
+	n := o.batchSlots() * SlotsPerBudget
 	if q == string(fanout.PriorityLow) {
 		n = o.LowPrioritySlots
 		if n <= 0 {
