@@ -743,6 +743,10 @@ func TestSetupSearchAttributes(t *testing.T) {
 		if n := len(want); err != nil || strings.Count(out, "kept ") != n || !strings.Contains(out, fmt.Sprintf("(0 added, %d already there)", n)) {
 			t.Errorf("starter setup on %s: %v\n%s", ns, err, out)
 		}
+		// The dev server dispatches by fairness key.
+		if !strings.Contains(out, "task-queue fairness is on") {
+			t.Errorf("starter setup on %s does not report fairness on:\n%s", ns, out)
+		}
 	}
 	// A third namespace through the subcommand's -namespace flag: adds all.
 	third := "fanout-setup2-" + runID

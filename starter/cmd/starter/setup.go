@@ -10,6 +10,7 @@ import (
 
 	"github.com/fanout/fanout/internal/cli"
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
@@ -27,7 +28,9 @@ FanoutStatus, FanoutFound, FanoutDelivered, FanoutFailed, FanoutScheduledFor) on
 through the operator service. It is idempotent: attributes already registered with the right type are
 kept; one registered with another type is an error. First it reads Redis's maxmemory-policy (FANOUT_REDIS_*)
 and refuses one that can evict fanout's keys (volatile-*, allkeys-*) unless FANOUT_REDIS_ACCEPT_EVICTION=true:
-the dedup gate, the at-most-once marks and the event record live there.`,
+the dedup gate, the at-most-once marks and the event record live there. Last it reports whether
+the server dispatches task queues by fairness key (a probe: four workflows on a queue of its own,
+terminated at once), which keeps a small event from waiting behind big events of its priority.`,
 		Env: []cli.EnvGroup{cli.TemporalGroup(), {Vars: config.EnvVars(config.RedisConn{})}}}
 	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
@@ -64,6 +67,15 @@ the dedup gate, the at-most-once marks and the event record live there.`,
 		fmt.Printf("%s  %-16s %s\n", what, o.Name, vocab.TypeName(o.Type))
 	}
 	fmt.Printf("setup: namespace %q has fanout's %d search attributes (%d added, %d already there)\n", *ns, len(outcomes), added, len(outcomes)-added)
+	switch on, err := starter.ProbeFairness(ctx, tc, *ns); {
+	case err != nil:
+		fmt.Printf("setup: could not tell whether task-queue fairness is on: %v\n", err)
+	case on:
+		fmt.Println("setup: task-queue fairness is on: events of one priority take turns on its queues")
+	default:
+		fmt.Println("setup: task-queue fairness is OFF: a small event waits behind the batches big events of its priority queued first " +
+			"(self-hosted: dynamic config matching.enableFairness=true; Temporal Cloud: the namespace's fairness setting; see docs/deploy.md, Fairness)")
+	}
 	return nil
 }
 
