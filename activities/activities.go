@@ -374,6 +374,12 @@ type DeliverBatchResult struct {
 	// Destinations are the busiest destinations' throttling and breakers
 	// (at most MaxDestinationStats; see destinations.go).
 	Destinations []DestinationStat `json:",omitempty"`
+	// Queued is how long the batch's attempt waited in its task queue for
+	// a worker, and Ran how long it ran; both 0 when a retry finished the
+	// batch. The event's workflow keeps fewer batches queued while they
+	// wait longer than they run (workflows, the adaptive window).
+	Queued time.Duration `json:",omitempty"`
+	Ran    time.Duration `json:",omitempty"`
 }
 
 // deliverProgress is the heartbeat detail of DeliverBatch.
@@ -491,6 +497,9 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 		a.Logger.WarnContext(ctx, "batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
 	}
 	a.dropStaged(ctx, in.Ref)
+	if info := activity.GetInfo(ctx); info.Attempt == 1 && !info.IsLocalActivity {
+		res.Queued, res.Ran = info.StartedTime.Sub(info.ScheduledTime), time.Since(info.StartedTime)
+	}
 	return res, nil
 }
 

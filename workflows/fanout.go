@@ -67,6 +67,9 @@ type FanoutState struct {
 	// first batches make up the gap (see rateLanes).
 	LaneEnds  []time.Time `json:",omitempty"`
 	LaneShare float64     `json:",omitempty"`
+	// Window is the adaptive window the run ended with (0: Options.Window;
+	// see adaptWindow).
+	Window int `json:",omitempty"`
 }
 
 // Progress is the answer to the progress query and the workflow's result.
@@ -455,7 +458,7 @@ func (r *fanoutRun) audienceBound() error {
 // under the rate cap before a batch of k recipients, and returns the
 // batch's pace; false means the run was canceled.
 func (r *fanoutRun) beforeBatch(k int) (batchPace, bool) {
-	r.drain(r.st.Options.Window - 1)
+	r.drain(r.window() - 1)
 	r.waitWhilePaused()
 	if r.prog.Rate > 0 && r.ctx.Err() == nil && r.rateLanesVersion() == workflow.DefaultVersion {
 		// Histories from before the lanes paced batch starts with timers.
@@ -469,7 +472,7 @@ func (r *fanoutRun) beforeBatch(k int) (batchPace, bool) {
 		}
 		// Wakes on a finished batch, a rate change, a pause.
 		r.sel.Select(r.ctx)
-		r.drain(r.st.Options.Window - 1)
+		r.drain(r.window() - 1)
 		r.waitWhilePaused()
 	}
 	return batchPace{}, r.ctx.Err() == nil
@@ -588,6 +591,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		var res DeliveryBatchResult
 		err := f.Get(ctx, &res)
 		r.account(res, err, size)
+		r.adaptWindow(res)
 		if dl := r.deadLetterFailed(bin, err); dl != nil {
 			// The dead-lettering holds the batch's place until it is done.
 			r.pending++
@@ -669,6 +673,48 @@ func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size i
 }
 
 // drain waits until at most limit batches are open.
+// window is how many batches the event keeps open at once (started and
+// not finished): Options.Window at most, fewer while its batches wait in
+// the delivery queue longer than they run (adaptWindow).
+func (r *fanoutRun) window() int {
+	if r.st.Window > 0 {
+		return min(r.st.Window, r.st.Options.Window)
+	}
+	return r.st.Options.Window
+}
+
+// The adaptive window keeps an event's queued batches to what the delivery
+// pool can start soon: a batch that waited in the queue longer than it ran
+// (and over queueWaitFloor) means more batches are queued than the workers
+// run, so the window shrinks by one, down to minWindow; one that waited
+// less than a quarter of its run (or under queueWaitFloor) grows it by one,
+// up to Options.Window. The event's queued batches then settle between a
+// quarter and all of the slots that serve them: the slots stay fed, and a
+// small event of the same priority waits behind about one batch per slot
+// instead of Window per big event (on a server without fairness; with it,
+// the keys take turns anyway). More workers start batches sooner, so the
+// window grows back with them.
+const (
+	minWindow      = 4
+	queueWaitFloor = 250 * time.Millisecond
+)
+
+// adaptWindow moves the window by what a finished batch's attempt waited
+// and ran (neither known after a retry: no change).
+func (r *fanoutRun) adaptWindow(res DeliveryBatchResult) {
+	if res.Ran <= 0 {
+		return
+	}
+	w := r.window()
+	switch {
+	case res.Queued > max(res.Ran, queueWaitFloor):
+		w = max(minWindow, w-1)
+	case res.Queued < max(res.Ran/4, queueWaitFloor):
+		w++
+	}
+	r.st.Window = min(w, r.st.Options.Window)
+}
+
 func (r *fanoutRun) drain(limit int) {
 	for r.pending > limit {
 		r.sel.Select(r.ctx)

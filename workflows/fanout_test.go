@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,6 +52,9 @@ type fixture struct {
 	Outcome func(r fanout.Recipient) outcome
 	// DeliverErr, if set and non-nil for a batch, is DeliverBatch's error.
 	DeliverErr func(in activities.DeliverBatchInput) error
+	// Waits, if set, is how long a batch's attempt waited in its queue and
+	// ran (DeliverBatch's result, which the adaptive window reads).
+	Waits func(in activities.DeliverBatchInput) (queued, ran time.Duration)
 	// PrepareErr is Prepare's error; OpenErr is Open's, before it runs
 	// the steps.
 	PrepareErr, OpenErr error
@@ -103,6 +107,8 @@ type recorder struct {
 	childQueues map[string]bool
 	openKids    int
 	maxOpenKids int
+	// openAtStarts: the children open as each one started (itself included).
+	openAtStarts []int
 
 	status, priority, eventType string    // last upserted search attributes
 	statuses                    []string  // every status upserted, in order
@@ -256,6 +262,9 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			}
 		}
 		var res activities.DeliverBatchResult
+		if fx.Waits != nil {
+			res.Queued, res.Ran = fx.Waits(in)
+		}
 		for _, r := range in.Recipients {
 			rec.attempts[in.AttemptID] = append(rec.attempts[in.AttemptID], r.ID)
 			rec.perRecip[r.ID]++
@@ -323,6 +332,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		rec.childQueues[info.TaskQueueName] = true
 		rec.openKids++
 		rec.maxOpenKids = max(rec.maxOpenKids, rec.openKids)
+		rec.openAtStarts = append(rec.openAtStarts, rec.openKids)
 	})
 	env.SetOnChildWorkflowCompletedListener(func(*workflow.Info, converter.EncodedValue, error) {
 		rec.mu.Lock()
@@ -544,6 +554,51 @@ func TestFanoutWindow(t *testing.T) {
 			}
 			checkDelivery(t, rec, fx.Event, 1000, 20, false)
 		})
+	}
+}
+
+// TestFanoutWindowAdapts: while an event's batches wait in their queue
+// longer than they run, it keeps fewer open, down to minWindow; once they
+// start at once, the window grows back to Window.
+func TestFanoutWindowAdapts(t *testing.T) {
+	const window, batches = 20, 200
+	var slow atomic.Bool
+	slow.Store(true)
+	fx := fixture{Event: testEvent("ev-adapt"), Audience: batches * 10,
+		Options:   fanout.TypeOptions{BatchSize: 10, LargeBatchSize: 10, PageSize: 100, Window: window},
+		PageDelay: time.Millisecond, DeliverDelay: time.Minute,
+		Waits: func(in activities.DeliverBatchInput) (time.Duration, time.Duration) {
+			if slow.Load() {
+				return 2 * time.Second, time.Second // queued longer than it ran
+			}
+			return 10 * time.Millisecond, time.Second
+		}}
+	rec := newRecorder()
+	env := newEnv(t, fx, rec)
+	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		rec.openKids++
+		rec.openAtStarts = append(rec.openAtStarts, rec.openKids)
+		if len(rec.openAtStarts) == batches/2 {
+			slow.Store(false) // the queue drained: batches start at once
+		}
+	})
+	res := runToResult(t, env, FanoutInput{Event: fx.Event})
+	if res.Delivered != batches*10 || res.BatchesStarted != batches {
+		t.Fatalf("result %+v", res.Progress)
+	}
+	opens := rec.openAtStarts
+	// The first window opens in full; batches that waited long shrink it.
+	if m := slices.Max(opens[:window]); m != window {
+		t.Errorf("the first %d batches had at most %d open, want %d", window, m, window)
+	}
+	if m := slices.Max(opens[window*2 : batches/2]); m > minWindow {
+		t.Errorf("with batches queued longer than they run, up to %d open, want at most %d: %v", m, minWindow, opens[:batches/2])
+	}
+	// Batches that start at once grow it back to Window.
+	if m := slices.Max(opens[batches/2:]); m != window {
+		t.Errorf("once batches started at once, up to %d open, want %d: %v", m, window, opens[batches/2:])
 	}
 }
 
