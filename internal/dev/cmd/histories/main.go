@@ -114,6 +114,7 @@ func run() error {
 		fn   func(context.Context) error
 	}{
 		{"inline", g.inline},
+		{"inline-activity", g.inlineActivity},
 		{"multi-batch", g.multiBatch},
 		{"continue-as-new", g.continueAsNew},
 		{"retries", g.retries},
@@ -138,10 +139,11 @@ func run() error {
 }
 
 // scenarioNames are the names -only takes.
-var scenarioNames = []string{"inline", "multi-batch", "continue-as-new", "retries", "pause-resume", "cancel", "scheduled", "occurrence"}
+var scenarioNames = []string{"inline", "inline-activity", "multi-batch", "continue-as-new", "retries", "pause-resume", "cancel", "scheduled", "occurrence"}
 
 const (
 	evInline   = "hist-inline"
+	evInlineA  = "hist-inline-activity"
 	evMulti    = "hist-multi"
 	evCAN      = "hist-can"
 	evRetries  = "hist-retries"
@@ -168,6 +170,24 @@ func (g *gen) inline(ctx context.Context) error {
 	}
 	return g.export(ctx, "fanout-inline.json", vocab.FanoutWorkflow, wid(evInline), "",
 		"Fanout of 20 recipients: message, first page and delivery in one local activity (Open), no child")
+}
+
+// inlineActivity: 200 recipients fit one batch but not the fast path
+// (LocalDeliveryMax, 100): Open prepares and pages, and the batch runs as a
+// DeliverBatch activity on the delivery queue, without a child.
+func (g *gen) inlineActivity(ctx context.Context) error {
+	if err := g.s.Publish(ctx, stack.Event{ID: evInlineA, Audience: 200}); err != nil {
+		return err
+	}
+	res, err := g.s.Wait(ctx, evInlineA)
+	if err != nil {
+		return err
+	}
+	if res.Delivered != 200 || res.BatchesStarted != 1 {
+		return fmt.Errorf("unexpected result %+v", res.Progress)
+	}
+	return g.export(ctx, "fanout-inline-activity.json", vocab.FanoutWorkflow, wid(evInlineA), "",
+		"Fanout of 200 recipients, over LocalDeliveryMax (100): Open prepares and pages, the one batch runs as a DeliverBatch activity on the delivery queue, no child")
 }
 
 // multiBatch: 3,000 recipients in six DeliveryBatch children of 500.
