@@ -388,7 +388,7 @@ func (g *gen) occurrence(ctx context.Context) error {
 		return fmt.Errorf("unexpected result %+v", res.Progress)
 	}
 	return g.export(ctx, "fanout-schedule-occurrence.json", vocab.FanoutWorkflow, started, "",
-		"Fanout started by a Temporal Schedule's action: the event id becomes its occurrence id (schedule-occurrence version marker), delivered inline")
+		"Fanout started by a Temporal Schedule's action: the event id becomes its occurrence id, delivered inline by Open")
 }
 
 func demoEvent(id string, audience int) fanout.Event {
