@@ -186,8 +186,8 @@ type TypeOptions struct {
 	// negative: off (every batch runs on the delivery queues).
 	//
 	// Prepare resolves the default, not WithDefaults: the workflow decides
-	// from Prepare's recorded result, so histories from before this option
-	// replay down the path they took.
+	// from Prepare's recorded result, so a later change of the default
+	// does not change the path a recorded history replays down.
 	LocalDeliveryMax int `json:"local_delivery_max,omitempty"`
 	// LargeBatchSize is the batch size of an event's pages once it has
 	// started Window batches: its audience fills the window, which caps
@@ -197,7 +197,7 @@ type TypeOptions struct {
 	// BatchSize's. 0: PageSize (one batch per page); negative: BatchSize
 	// (every batch the same size); at most MaxLargeBatchSize. Resolved by
 	// Prepare, like LocalDeliveryMax, so histories replay with the size
-	// they recorded (BatchSize in those from before the option).
+	// they recorded.
 	LargeBatchSize int `json:"large_batch_size,omitempty"`
 	// MaxPages bounds the pages of one event, so a recipients endpoint that
 	// hands out fresh cursors forever cannot keep an event running: the
@@ -301,8 +301,8 @@ func MaxCallTimeout(deliverTimeout time.Duration) time.Duration {
 }
 
 // LargeBatch is the batch size of an event's pages after the first (see
-// LargeBatchSize): BatchSize when LargeBatchSize is not positive, as in
-// histories from before it.
+// LargeBatchSize): BatchSize when LargeBatchSize is not positive (options
+// Prepare has not resolved).
 func (o TypeOptions) LargeBatch() int {
 	if o.LargeBatchSize <= 0 {
 		return o.BatchSize

@@ -326,12 +326,8 @@ func orDefault(s, d string) string {
 
 // StartFanout starts the Fanout workflow of in.Event with the options of
 // StartOptions, eagerly if asked (see Config.Eager), or returns the run that
-// is already going. Every start of an event's workflow goes through it;
-// a zero in.Flow becomes FlowOpen.
+// is already going. Every start of an event's workflow goes through it.
 func StartFanout(ctx context.Context, tc client.Client, in workflows.FanoutInput, eager bool) (client.WorkflowRun, error) {
-	if in.Flow == 0 {
-		in.Flow = workflows.FlowOpen
-	}
 	opts := StartOptions(in.Event)
 	opts.EnableEagerStart = eager
 	return tc.ExecuteWorkflow(ctx, opts, workflows.Fanout, in)

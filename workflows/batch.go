@@ -12,16 +12,15 @@ import (
 )
 
 // DeliveryBatchInput is one batch of an event's recipients: the input of
-// its DeliverBatch activity, numbered, with the activity's timeout. The
-// embedded fields are flattened in JSON, so the payload is the same as when
-// they were declared here.
+// its DeliverBatch activity, numbered, with the activity's timeout (the
+// embedded fields are flattened in JSON).
 type DeliveryBatchInput struct {
 	activities.DeliverBatchInput
 	BatchNo int
 	Timeout time.Duration
 	// CallTimeout is the type's (fanout.TypeOptions.CallTimeout): the
-	// activity's heartbeat timeout derives from it. 0 (inputs from before
-	// it, redrives): fanout.DefaultCallTimeout.
+	// activity's heartbeat timeout derives from it. 0 (redrives):
+	// fanout.DefaultCallTimeout.
 	CallTimeout time.Duration `json:",omitempty"`
 }
 

@@ -34,22 +34,10 @@ type FanoutInput struct {
 	// MaxHistoryLength makes the run continue-as-new once its history is
 	// longer (0: only when Temporal suggests it). For tests and tuning.
 	MaxHistoryLength int `json:",omitempty"`
-	// Flow is the shape of the event's first workflow task, set by the
-	// starter (StartOptions): 0, in histories from before FlowOpen, runs
-	// Prepare, the first page and a small audience's delivery as three
-	// local activities; FlowOpen runs them as one (activities.Open). An
-	// input field rather than a workflow.GetVersion, which would record a
-	// marker and upsert a search attribute in every event: the cost the
-	// change removes.
-	Flow int `json:",omitempty"`
 	// ScheduleHorizon bounds how far ahead the reschedule update may move
 	// a scheduled event (0: DefaultScheduleHorizon). See schedule.go.
 	ScheduleHorizon time.Duration `json:",omitempty"`
 }
-
-// FlowOpen is the Flow of events whose first workflow task runs one local
-// activity, Open; the starter sets it on every new event.
-const FlowOpen = 1
 
 // FanoutState is what a run hands to the next one.
 type FanoutState struct {
@@ -126,7 +114,6 @@ type fanoutRun struct {
 	wake       workflow.Channel
 	pending    int
 	lastUpsert time.Time
-	lastStart  time.Time
 
 	// The rate cap's lanes (see rateLanes): capped counts the open batches
 	// paced at a share of the cap, committed the sum of their shares,
@@ -137,8 +124,6 @@ type fanoutRun struct {
 	committed        float64
 	laneEnds         []time.Time
 	laneShare        float64
-	// lanesVersion caches the rate-lanes version (-2: not asked yet).
-	lanesVersion workflow.Version
 	// finalSA are search attribute updates left to finish's upsert.
 	finalSA []temporal.SearchAttributeUpdate
 	// sched is a scheduled event's wait (schedule.go).
@@ -158,16 +143,18 @@ type batchPace struct {
 // event's priority, and continues-as-new (after draining its open batches)
 // when its history grows long.
 //
-// The message and the first page are fetched by local activities in the
-// first workflow task. An event whose whole audience fits one batch skips
-// the child: its one batch runs as a DeliverBatch activity directly on the
-// delivery task queue, with the same attempt id batch 0 would have. A small
-// event then costs two workflow tasks and one activity.
+// The first workflow task runs one local activity, Open: the message, the
+// first page and, for a small audience, its delivery (the steps one by one
+// when it fails). An event whose whole audience fits one batch skips the
+// child: its one batch runs in Open or as a DeliverBatch activity directly
+// on the delivery task queue, with the same attempt id batch 0 would have.
+// An audience within LocalDeliveryMax then costs one workflow task and no
+// activity task.
 //
 // Operators steer it with the progress query and the pause, resume and
 // set-rate updates; a cancel stops paging and the open batches.
 func Fanout(ctx workflow.Context, in FanoutInput) (FanoutResult, error) {
-	r := &fanoutRun{ctx: ctx, in: in, st: in.State, sel: workflow.NewSelector(ctx), wake: workflow.NewBufferedChannel(ctx, 1), lanesVersion: -2}
+	r := &fanoutRun{ctx: ctx, in: in, st: in.State, sel: workflow.NewSelector(ctx), wake: workflow.NewBufferedChannel(ctx, 1)}
 	if r.st != nil {
 		r.prog = r.st.Progress
 		r.prog.Paused, r.prog.Rate = r.st.Paused, r.st.Rate
@@ -269,36 +256,34 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 
 	var firstPage *activities.PageResult
 	if r.st == nil {
-		var o activities.OpenResult
-		opened := false
-		if in.Flow >= FlowOpen {
-			if !r.holdWhilePaused() {
-				return r.finish(temporal.NewCanceledError())
-			}
-			rate, from := r.inlinePace()
-			// Prepare and a page within 30 s, as when they were three, and a
-			// delivery within its budget (with calls of the default timeout;
-			// a type's longer calls leave Open less time to start them).
-			// Schedule-to-close: the wait for a local-activity slot counts.
-			open := 30*time.Second + activities.LocalDeliverBudget(0, 0)
-			octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-				ScheduleToCloseTimeout: open,
-				StartToCloseTimeout:    open,
-				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-			})
-			err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
-			var ae *temporal.ApplicationError
-			switch {
-			case err == nil:
-				opened = true
-			case ctx.Err() != nil || (errors.As(err, &ae) && ae.NonRetryable()):
-				return r.finish(err)
-			default:
-				// Prepare failed: the steps one by one, with their retries.
-				workflow.GetLogger(ctx).Warn("opening the event failed; taking its steps one by one", "error", err)
-			}
+		// An event paused while it waited for its time is held here, so
+		// that Open, which may deliver, runs only once it is resumed.
+		r.waitWhilePaused()
+		if ctx.Err() != nil {
+			return r.finish(temporal.NewCanceledError())
 		}
-		if !opened {
+		rate, from := r.inlinePace()
+		// Prepare and a page within 30 s (the steps' own local-activity
+		// timeout), and a delivery within its budget (with calls of the
+		// default timeout; a type's longer calls leave Open less time to
+		// start them). Schedule-to-close: the wait for a local-activity slot
+		// counts.
+		open := 30*time.Second + activities.LocalDeliverBudget(0, 0)
+		octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			ScheduleToCloseTimeout: open,
+			StartToCloseTimeout:    open,
+			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		var o activities.OpenResult
+		err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
+		var ae *temporal.ApplicationError
+		switch {
+		case err == nil:
+		case ctx.Err() != nil || (errors.As(err, &ae) && ae.NonRetryable()):
+			return r.finish(err)
+		default:
+			// Prepare failed: the steps one by one, with their retries.
+			workflow.GetLogger(ctx).Warn("opening the event failed; taking its steps one by one", "error", err)
 			if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &o.Prepared); err != nil {
 				return r.finish(err)
 			}
@@ -460,11 +445,6 @@ func (r *fanoutRun) audienceBound() error {
 func (r *fanoutRun) beforeBatch(k int) (batchPace, bool) {
 	r.drain(r.window() - 1)
 	r.waitWhilePaused()
-	if r.prog.Rate > 0 && r.ctx.Err() == nil && r.rateLanesVersion() == workflow.DefaultVersion {
-		// Histories from before the lanes paced batch starts with timers.
-		r.pace(k)
-		return batchPace{}, r.ctx.Err() == nil
-	}
 	for r.prog.Rate > 0 && r.ctx.Err() == nil {
 		share := r.prog.Rate / float64(rateLanes(r.prog.Rate, r.st.Options))
 		if r.uncapped == 0 && r.committed+share <= r.prog.Rate*(1+1e-9) {
@@ -476,18 +456,6 @@ func (r *fanoutRun) beforeBatch(k int) (batchPace, bool) {
 		r.waitWhilePaused()
 	}
 	return batchPace{}, r.ctx.Err() == nil
-}
-
-// rateLanesVersion is the version of the rate cap's pacing: DefaultVersion
-// in histories where batch starts were paced by a timer after the last
-// start (a batch then delivered at full speed), 1 since batches pace
-// their own deliveries in lanes. Asked the first time a batch waits under a
-// cap, so only capped events record the marker.
-func (r *fanoutRun) rateLanesVersion() workflow.Version {
-	if r.lanesVersion == -2 {
-		r.lanesVersion = workflow.GetVersion(r.ctx, "rate-cap-lanes", workflow.DefaultVersion, 1)
-	}
-	return r.lanesVersion
 }
 
 // rateLaneCalls is the rate of calls one delivery slot is assumed to
@@ -568,7 +536,6 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	r.pending++
 	r.prog.BatchesStarted++
 	r.prog.PendingBatches = r.pending
-	r.lastStart = workflow.Now(ctx)
 	size := int64(len(recips))
 	if ref != nil {
 		size = int64(ref.Count)
@@ -608,21 +575,16 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 // failed start, a termination, a timeout, a non-retryable error) to the
 // deliveries DLQ with the error, so that a redrive can reach them: it
 // presents the batch's attempt id, so what the batch delivered before it
-// failed is skipped. It returns nil for a batch that did not fail, a
-// canceled one, and in histories from before this step.
+// failed is skipped. It returns nil for a batch that did not fail and for
+// a canceled one.
 func (r *fanoutRun) deadLetterFailed(in activities.DeliverBatchInput, err error) workflow.Future {
 	var canceled *temporal.CanceledError
 	if err == nil || errors.As(err, &canceled) || r.ctx.Err() != nil {
 		return nil
 	}
-	if workflow.GetVersion(r.ctx, "dead-letter-failed-batches", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return nil
-	}
 	// On the batch's delivery queue (the letters' memory and Kafka writes
 	// belong to the delivery pool, not to event processing), heartbeating
-	// between chunks of letters. Neither the queue nor the timeouts are
-	// part of what a replay compares, so histories that ran it on the
-	// events queue replay unchanged.
+	// between chunks of letters.
 	actx := workflow.WithActivityOptions(r.ctx, workflow.ActivityOptions{
 		TaskQueue:              vocab.DeliveryTaskQueue(r.st.Priority),
 		StartToCloseTimeout:    10 * time.Minute,
@@ -732,31 +694,6 @@ func (r *fanoutRun) waitWhilePaused() {
 	}
 }
 
-// pace is the rate cap of histories from before the lanes (see
-// rateLanesVersion): it delays the next batch of k recipients by k/rate
-// after the last start (batch granularity: a batch itself delivers at full
-// speed, so the cap held only on average, and poorly). Kept so those
-// histories replay.
-func (r *fanoutRun) pace(k int) {
-	for r.prog.Rate > 0 && r.ctx.Err() == nil && !r.lastStart.IsZero() {
-		next := r.lastStart.Add(time.Duration(float64(k) / r.prog.Rate * float64(time.Second)))
-		wait := next.Sub(workflow.Now(r.ctx))
-		if wait <= 0 {
-			return
-		}
-		tctx, cancel := workflow.WithCancel(r.ctx)
-		fired := false
-		r.sel.AddFuture(workflow.NewTimer(tctx, wait), func(workflow.Future) { fired = true })
-		// Wakes on the timer, a finished batch or a rate change.
-		r.sel.Select(r.ctx)
-		if !fired {
-			cancel()
-			r.sel.Select(r.ctx) // consume the canceled timer
-		}
-		r.waitWhilePaused()
-	}
-}
-
 // setDetails writes the one-line markdown the Temporal UI shows as the
 // workflow's current details.
 func (r *fanoutRun) setDetails() {
@@ -833,8 +770,8 @@ func localThenRemote(ctx, lctx, actx workflow.Context, act, in, out any) error {
 
 // openedDelivered finishes an event whose one batch Open delivered.
 func (r *fanoutRun) openedDelivered(o activities.OpenResult) (FanoutResult, error) {
-	// Open leaves the delivered recipients out of its result (histories
-	// from before that carry them): Len is their count either way.
+	// Open leaves the delivered recipients out of its result: Len is their
+	// count.
 	n := int64(o.Page.Len())
 	r.prog.Pages, r.prog.Found, r.prog.PagingDone = 1, n, true
 	r.prog.BatchesStarted, r.prog.BatchesCompleted = 1, 1
@@ -912,19 +849,6 @@ func (r *fanoutRun) inlinePace() (float64, time.Time) {
 		return 0, time.Time{}
 	}
 	return r.prog.Rate, workflow.Now(r.ctx)
-}
-
-// holdWhilePaused holds an event paused before it opened (while it waited
-// for its time) until it is resumed, so that Open, which may deliver, runs
-// only then; false means it was canceled meanwhile. Histories from before
-// the hold (which opened a paused event at once: the fast path then
-// delivered it) replay without it; only a paused event records the marker.
-func (r *fanoutRun) holdWhilePaused() bool {
-	if !r.prog.Paused || workflow.GetVersion(r.ctx, "hold-paused-before-open", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return true
-	}
-	r.waitWhilePaused()
-	return r.ctx.Err() == nil
 }
 
 // settleInline accounts for an event's one batch, run as an activity

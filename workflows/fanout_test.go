@@ -361,10 +361,6 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	return env
 }
 
-// flows are the first-task shapes the tests run: the three local
-// activities of older histories and Open.
-var flows = []int{0, FlowOpen}
-
 func testEvent(id string) fanout.Event {
 	return fanout.Event{ID: id, Type: "news", Payload: json.RawMessage(`{"topic":"launch"}`)}
 }
@@ -498,34 +494,32 @@ func TestFanoutPaging(t *testing.T) {
 		{"large batches after a window", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 10, LargeBatchSize: 250}, false, true},
 	}
 	for _, tc := range tests {
-		for _, flow := range flows {
-			t.Run(fmt.Sprintf("%s/flow %d", tc.name, flow), func(t *testing.T) {
-				fx := fixture{Event: testEvent("ev-" + tc.name), Audience: tc.n, Options: tc.opts, EmptyTail: tc.emptyTail,
-					PageDelay: time.Second, DeliverDelay: time.Minute, Staged: tc.staged}
-				rec := newRecorder()
-				env := newEnv(t, fx, rec)
-				res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: flow})
+		t.Run(tc.name, func(t *testing.T) {
+			fx := fixture{Event: testEvent("ev-" + tc.name), Audience: tc.n, Options: tc.opts, EmptyTail: tc.emptyTail,
+				PageDelay: time.Second, DeliverDelay: time.Minute, Staged: tc.staged}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			res := runToResult(t, env, FanoutInput{Event: fx.Event})
 
-				pages, batches := expectedShape(tc.n, tc.opts, tc.emptyTail)
-				want := Progress{Found: int64(tc.n), Delivered: int64(tc.n), BatchesStarted: batches,
-					BatchesCompleted: batches, Pages: pages, Runs: 1, PagingDone: true}
-				if res.Progress != want {
-					t.Errorf("result %+v\nwant   %+v", res.Progress, want)
-				}
-				// The first page holds the whole audience and fits a batch: inline.
-				d := tc.opts.WithDefaults()
-				inline := !tc.emptyTail && tc.n <= d.BatchSize && tc.n <= d.PageSize
-				checkDelivery(t, rec, fx.Event, tc.n, batches, inline)
-				if rec.prepares != 1 {
-					t.Errorf("Prepare called %d times", rec.prepares)
-				}
-				// The bridge sets the event type at start; the workflow only
-				// upserts the default priority and the final status.
-				if rec.status != vocab.StatusCompleted || rec.eventType != "" {
-					t.Errorf("search attributes: status %q event type %q", rec.status, rec.eventType)
-				}
-			})
-		}
+			pages, batches := expectedShape(tc.n, tc.opts, tc.emptyTail)
+			want := Progress{Found: int64(tc.n), Delivered: int64(tc.n), BatchesStarted: batches,
+				BatchesCompleted: batches, Pages: pages, Runs: 1, PagingDone: true}
+			if res.Progress != want {
+				t.Errorf("result %+v\nwant   %+v", res.Progress, want)
+			}
+			// The first page holds the whole audience and fits a batch: inline.
+			d := tc.opts.WithDefaults()
+			inline := !tc.emptyTail && tc.n <= d.BatchSize && tc.n <= d.PageSize
+			checkDelivery(t, rec, fx.Event, tc.n, batches, inline)
+			if rec.prepares != 1 {
+				t.Errorf("Prepare called %d times", rec.prepares)
+			}
+			// The bridge sets the event type at start; the workflow only
+			// upserts the default priority and the final status.
+			if rec.status != vocab.StatusCompleted || rec.eventType != "" {
+				t.Errorf("search attributes: status %q event type %q", rec.status, rec.eventType)
+			}
+		})
 	}
 }
 
@@ -861,28 +855,24 @@ func TestFanoutFailedBatch(t *testing.T) {
 }
 
 func TestFanoutPrepareFails(t *testing.T) {
-	for _, flow := range flows {
-		t.Run(fmt.Sprintf("flow %d", flow), func(t *testing.T) {
-			fx := fixture{Event: testEvent("ev-prep"), Audience: 10,
-				PrepareErr: temporal.NewNonRetryableApplicationError("event type not registered", activities.ErrUnknownEventType, nil)}
-			rec := newRecorder()
-			env := newEnv(t, fx, rec)
-			env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event, Flow: flow})
-			if !env.IsWorkflowCompleted() {
-				t.Fatal("workflow did not complete")
-			}
-			err := env.GetWorkflowError()
-			var ae *temporal.ApplicationError
-			if !errors.As(err, &ae) || ae.Type() != activities.ErrUnknownEventType {
-				t.Fatalf("workflow error %v, want UnknownEventType", err)
-			}
-			if rec.prepares != 1 || rec.pages != 0 || len(rec.childIDs) != 0 {
-				t.Errorf("Prepare %d calls, RecipientsPage %d calls, %d children; want 1, 0, 0", rec.prepares, rec.pages, len(rec.childIDs))
-			}
-			if rec.status != vocab.StatusFailed {
-				t.Errorf("status %q, want %q", rec.status, vocab.StatusFailed)
-			}
-		})
+	fx := fixture{Event: testEvent("ev-prep"), Audience: 10,
+		PrepareErr: temporal.NewNonRetryableApplicationError("event type not registered", activities.ErrUnknownEventType, nil)}
+	rec := newRecorder()
+	env := newEnv(t, fx, rec)
+	env.ExecuteWorkflow(Fanout, FanoutInput{Event: fx.Event})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	err := env.GetWorkflowError()
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != activities.ErrUnknownEventType {
+		t.Fatalf("workflow error %v, want UnknownEventType", err)
+	}
+	if rec.prepares != 1 || rec.pages != 0 || len(rec.childIDs) != 0 {
+		t.Errorf("Prepare %d calls, RecipientsPage %d calls, %d children; want 1, 0, 0", rec.prepares, rec.pages, len(rec.childIDs))
+	}
+	if rec.status != vocab.StatusFailed {
+		t.Errorf("status %q, want %q", rec.status, vocab.StatusFailed)
 	}
 }
 
@@ -897,30 +887,28 @@ func TestFanoutPriority(t *testing.T) {
 		{"", "", fanout.PriorityNormal},
 	}
 	for _, tc := range tests {
-		for _, flow := range flows {
-			t.Run(fmt.Sprintf("event %q default %q flow %d", tc.event, tc.typeDefault, flow), func(t *testing.T) {
-				ev := testEvent("ev-prio")
-				ev.Priority = tc.event
-				fx := fixture{Event: ev, Audience: 250,
-					Options: fanout.TypeOptions{BatchSize: 100, PageSize: 100, DefaultPriority: tc.typeDefault}}
-				rec := newRecorder()
-				env := newEnv(t, fx, rec)
-				runToResult(t, env, FanoutInput{Event: ev, Flow: flow})
-				wantQ := vocab.DeliveryTaskQueue(tc.want)
-				if len(rec.childIDs) != 3 || len(rec.childQueues) != 1 || !rec.childQueues[wantQ] {
-					t.Errorf("%d children on task queues %v, want 3 on %s", len(rec.childIDs), rec.childQueues, wantQ)
-				}
-				// An event's own priority is set by the bridge at start; the
-				// workflow upserts only a type default.
-				wantSA := string(tc.want)
-				if tc.event != "" {
-					wantSA = ""
-				}
-				if rec.priority != wantSA {
-					t.Errorf("priority search attribute %q, want %q", rec.priority, wantSA)
-				}
-			})
-		}
+		t.Run(fmt.Sprintf("event %q default %q", tc.event, tc.typeDefault), func(t *testing.T) {
+			ev := testEvent("ev-prio")
+			ev.Priority = tc.event
+			fx := fixture{Event: ev, Audience: 250,
+				Options: fanout.TypeOptions{BatchSize: 100, PageSize: 100, DefaultPriority: tc.typeDefault}}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			runToResult(t, env, FanoutInput{Event: ev})
+			wantQ := vocab.DeliveryTaskQueue(tc.want)
+			if len(rec.childIDs) != 3 || len(rec.childQueues) != 1 || !rec.childQueues[wantQ] {
+				t.Errorf("%d children on task queues %v, want 3 on %s", len(rec.childIDs), rec.childQueues, wantQ)
+			}
+			// An event's own priority is set by the bridge at start; the
+			// workflow upserts only a type default.
+			wantSA := string(tc.want)
+			if tc.event != "" {
+				wantSA = ""
+			}
+			if rec.priority != wantSA {
+				t.Errorf("priority search attribute %q, want %q", rec.priority, wantSA)
+			}
+		})
 	}
 }
 
@@ -946,8 +934,6 @@ func TestFanoutLocalDelivery(t *testing.T) {
 			want: []deliverCall{{queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}}},
 		{name: "off", n: 20, localMax: -1,
 			want: []deliverCall{{queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}}},
-		{name: "not resolved by Prepare (an older history)", n: 20, localMax: 0,
-			want: []deliverCall{{queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}}},
 		{name: "transient failure goes to the delivery queue after its delay", n: 20, localMax: 100,
 			failFirst:  temporal.NewApplicationErrorWithOptions("sink 503", "Transient", temporal.ApplicationErrorOptions{NextRetryDelay: retryIn}),
 			want:       []deliverCall{{local: true, queue: vocab.EventsTaskQueue}, {queue: vocab.DeliveryTaskQueue(fanout.PriorityHigh)}},
@@ -960,48 +946,46 @@ func TestFanoutLocalDelivery(t *testing.T) {
 			want:      []deliverCall{{local: true, queue: vocab.EventsTaskQueue}}, failed: 20},
 	}
 	for _, tc := range tests {
-		for _, flow := range flows {
-			t.Run(fmt.Sprintf("%s/flow %d", tc.name, flow), func(t *testing.T) {
-				ev := testEvent("ev-local")
-				ev.Priority = fanout.PriorityHigh
-				calls := 0
-				fx := fixture{Event: ev, Audience: tc.n, Options: fanout.TypeOptions{LocalDeliveryMax: tc.localMax},
-					DeliverErr: func(activities.DeliverBatchInput) error {
-						calls++
-						if calls == 1 {
-							return tc.failFirst
-						}
-						return nil
-					}}
-				rec := newRecorder()
-				env := newEnv(t, fx, rec)
-				start := env.Now()
-				env.ExecuteWorkflow(Fanout, FanoutInput{Event: ev, Flow: flow})
-				if !env.IsWorkflowCompleted() {
-					t.Fatal("workflow did not complete")
-				}
-				var res FanoutResult
-				if err := env.GetWorkflowResult(&res); err != nil && tc.failed == 0 {
-					t.Fatalf("workflow failed: %v", err)
-				}
-				if !slices.Equal(rec.delivers, tc.want) {
-					t.Errorf("DeliverBatch calls %+v, want %+v", rec.delivers, tc.want)
-				}
-				if len(rec.childIDs) != 0 {
-					t.Errorf("children %v, want none", rec.childIDs)
-				}
-				if el := env.Now().Sub(start); el < tc.minElapsed {
-					t.Errorf("fallback after %v, want at least %v (the activity's NextRetryDelay)", el, tc.minElapsed)
-				}
-				wantDelivered := int64(tc.n)
-				if tc.failed > 0 {
-					wantDelivered = 0
-				}
-				if res.Delivered != wantDelivered || res.Failed != tc.failed || res.BatchesCompleted != 1 {
-					t.Errorf("result %+v, want %d delivered, %d failed, 1 batch", res.Progress, wantDelivered, tc.failed)
-				}
-			})
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			ev := testEvent("ev-local")
+			ev.Priority = fanout.PriorityHigh
+			calls := 0
+			fx := fixture{Event: ev, Audience: tc.n, Options: fanout.TypeOptions{LocalDeliveryMax: tc.localMax},
+				DeliverErr: func(activities.DeliverBatchInput) error {
+					calls++
+					if calls == 1 {
+						return tc.failFirst
+					}
+					return nil
+				}}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			start := env.Now()
+			env.ExecuteWorkflow(Fanout, FanoutInput{Event: ev})
+			if !env.IsWorkflowCompleted() {
+				t.Fatal("workflow did not complete")
+			}
+			var res FanoutResult
+			if err := env.GetWorkflowResult(&res); err != nil && tc.failed == 0 {
+				t.Fatalf("workflow failed: %v", err)
+			}
+			if !slices.Equal(rec.delivers, tc.want) {
+				t.Errorf("DeliverBatch calls %+v, want %+v", rec.delivers, tc.want)
+			}
+			if len(rec.childIDs) != 0 {
+				t.Errorf("children %v, want none", rec.childIDs)
+			}
+			if el := env.Now().Sub(start); el < tc.minElapsed {
+				t.Errorf("fallback after %v, want at least %v (the activity's NextRetryDelay)", el, tc.minElapsed)
+			}
+			wantDelivered := int64(tc.n)
+			if tc.failed > 0 {
+				wantDelivered = 0
+			}
+			if res.Delivered != wantDelivered || res.Failed != tc.failed || res.BatchesCompleted != 1 {
+				t.Errorf("result %+v, want %d delivered, %d failed, 1 batch", res.Progress, wantDelivered, tc.failed)
+			}
+		})
 	}
 }
 
@@ -1041,20 +1025,17 @@ func TestFanoutAudienceBounds(t *testing.T) {
 	}
 }
 
-// TestFanoutOpenIsOneLocalActivity: with FlowOpen a small event's first
-// (and only) workflow task runs one local activity, so its history holds
-// one marker instead of the three of older histories; a transient Prepare
-// failure falls back to the steps one by one.
+// TestFanoutOpenIsOneLocalActivity: a small event's first (and only)
+// workflow task runs one local activity, so its history holds one marker;
+// a transient Prepare failure falls back to the steps one by one.
 func TestFanoutOpenIsOneLocalActivity(t *testing.T) {
 	tests := []struct {
 		name       string
-		flow       int
 		prepareErr error
 		want       []string
 	}{
-		{"flow 0", 0, nil, []string{"Prepare", "RecipientsPage", "DeliverBatch"}},
-		{"open", FlowOpen, nil, []string{"Open"}},
-		{"open, Prepare fails once", FlowOpen, errors.New("message service unavailable"), []string{"Open", "Prepare", "RecipientsPage", "DeliverBatch"}},
+		{"open", nil, []string{"Open"}},
+		{"open, Prepare fails once", errors.New("message service unavailable"), []string{"Open", "Prepare", "RecipientsPage", "DeliverBatch"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1065,7 +1046,7 @@ func TestFanoutOpenIsOneLocalActivity(t *testing.T) {
 			env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
 				las = append(las, info.ActivityType.Name)
 			})
-			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: tc.flow})
+			res := runToResult(t, env, FanoutInput{Event: fx.Event})
 			if !slices.Equal(las, tc.want) {
 				t.Errorf("local activities %v, want %v", las, tc.want)
 			}
@@ -1100,7 +1081,7 @@ func TestFanoutInlineBatchIsBounded(t *testing.T) {
 			rec := newRecorder()
 			env := newEnv(t, fx, rec)
 			start := env.Now()
-			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: FlowOpen})
+			res := runToResult(t, env, FanoutInput{Event: fx.Event})
 			// The hand-over waits the fast path's NextRetryDelay (4 h) first.
 			if el := env.Now().Sub(start); el > batchRunTimeout+5*time.Hour {
 				t.Errorf("the inline batch ran %d times over %v: not bounded by %v", calls, el, batchRunTimeout)
@@ -1137,7 +1118,7 @@ func TestDeliverHeartbeatFollowsCallTimeout(t *testing.T) {
 			fx := fixture{Event: testEvent("ev-heartbeat"), Audience: tc.n, Options: opts}
 			rec := newRecorder()
 			env := newEnv(t, fx, rec)
-			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: FlowOpen})
+			res := runToResult(t, env, FanoutInput{Event: fx.Event})
 			if res.Delivered != int64(tc.n) || len(rec.childIDs) != tc.children {
 				t.Fatalf("result %+v, children %v", res.Progress, rec.childIDs)
 			}

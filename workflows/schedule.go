@@ -49,7 +49,7 @@ func (in FanoutInput) horizon() time.Duration {
 // time comes the status turns running (or stays paused, if the event was
 // paused meanwhile). An event without DeliverAt, or with one already past,
 // goes on at once and, unless the bridge marked it scheduled, issues no
-// command here: histories from before scheduling replay unchanged.
+// command here: an unscheduled event pays nothing for the feature.
 func (r *fanoutRun) awaitSchedule() error {
 	if err := r.occurrence(); err != nil {
 		return err
@@ -226,9 +226,6 @@ func (r *fanoutRun) occurrence() error {
 	fields := workflow.GetInfo(r.ctx).SearchAttributes.GetIndexedFields()
 	by, nominalPayload := fields[searchAttrScheduledByID], fields[searchAttrScheduledStartTime]
 	if by == nil || nominalPayload == nil {
-		return nil
-	}
-	if workflow.GetVersion(r.ctx, "schedule-occurrence", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nil
 	}
 	var nominal time.Time

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -319,56 +318,54 @@ func TestDelayNotResolvedByTheBridge(t *testing.T) {
 // nothing is delivered after its time until the resume; capped, every
 // delivery runs at the rate.
 func TestSteeredWhileScheduledFastPath(t *testing.T) {
-	for _, flow := range flows {
-		t.Run(fmt.Sprintf("pause/flow %d", flow), func(t *testing.T) {
-			rec := newRecorder()
-			fx := fixture{Event: testEvent("ev-pause-small"), Audience: 20, Options: fanout.TypeOptions{LocalDeliveryMax: 100}}
-			env := newEnv(t, fx, rec)
-			fx.Event.DeliverAt = start(env).Add(time.Hour)
-			var pause, resume *updateCB
-			var held Progress
-			heldCalls := -1
-			env.RegisterDelayedCallback(func() { pause = update(env, t, vocab.PauseUpdate, "hold") }, 10*time.Minute)
-			env.RegisterDelayedCallback(func() {
-				held = queryProgress(t, env)
-				rec.mu.Lock()
-				heldCalls = len(rec.delivers)
-				rec.mu.Unlock()
-			}, 2*time.Hour)
-			env.RegisterDelayedCallback(func() { resume = update(env, t, vocab.ResumeUpdate) }, 3*time.Hour)
-			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: flow})
-			if heldCalls != 0 || held.Delivered != 0 || !held.Paused {
-				t.Errorf("an hour after its time, paused: %d DeliverBatch calls (-1: the event had completed), progress %+v; want none, paused", heldCalls, held)
+	t.Run("pause", func(t *testing.T) {
+		rec := newRecorder()
+		fx := fixture{Event: testEvent("ev-pause-small"), Audience: 20, Options: fanout.TypeOptions{LocalDeliveryMax: 100}}
+		env := newEnv(t, fx, rec)
+		fx.Event.DeliverAt = start(env).Add(time.Hour)
+		var pause, resume *updateCB
+		var held Progress
+		heldCalls := -1
+		env.RegisterDelayedCallback(func() { pause = update(env, t, vocab.PauseUpdate, "hold") }, 10*time.Minute)
+		env.RegisterDelayedCallback(func() {
+			held = queryProgress(t, env)
+			rec.mu.Lock()
+			heldCalls = len(rec.delivers)
+			rec.mu.Unlock()
+		}, 2*time.Hour)
+		env.RegisterDelayedCallback(func() { resume = update(env, t, vocab.ResumeUpdate) }, 3*time.Hour)
+		res := runToResult(t, env, FanoutInput{Event: fx.Event})
+		if heldCalls != 0 || held.Delivered != 0 || !held.Paused {
+			t.Errorf("an hour after its time, paused: %d DeliverBatch calls (-1: the event had completed), progress %+v; want none, paused", heldCalls, held)
+		}
+		if pause == nil || pause.rejected != nil || pause.err != nil || resume == nil || resume.rejected != nil || resume.err != nil {
+			t.Fatalf("pause %+v, resume %+v (nil: not sent, the event had completed)", pause, resume)
+		}
+		if res.Delivered != 20 || res.Failed != 0 {
+			t.Errorf("result %+v, want 20 delivered after the resume", res.Progress)
+		}
+	})
+	t.Run("set-rate", func(t *testing.T) {
+		rec := newRecorder()
+		fx := fixture{Event: testEvent("ev-rate-small"), Audience: 20, Options: fanout.TypeOptions{LocalDeliveryMax: 100}}
+		env := newEnv(t, fx, rec)
+		fx.Event.DeliverAt = start(env).Add(time.Hour)
+		var setRate *updateCB
+		env.RegisterDelayedCallback(func() { setRate = update(env, t, vocab.SetRateUpdate, 4.0) }, 10*time.Minute)
+		res := runToResult(t, env, FanoutInput{Event: fx.Event})
+		if setRate == nil || setRate.rejected != nil || setRate.err != nil {
+			t.Fatalf("set-rate %+v", setRate)
+		}
+		if res.Delivered != 20 || res.Rate != 4 {
+			t.Errorf("result %+v, want 20 delivered at rate 4", res.Progress)
+		}
+		if len(rec.paced) == 0 {
+			t.Fatal("no DeliverBatch call")
+		}
+		for _, p := range rec.paced {
+			if p.rate != 4 || p.from.IsZero() {
+				t.Errorf("DeliverBatch paced at %v/s from %v, want 4/s from the delivery's start", p.rate, p.from)
 			}
-			if pause == nil || pause.rejected != nil || pause.err != nil || resume == nil || resume.rejected != nil || resume.err != nil {
-				t.Fatalf("pause %+v, resume %+v (nil: not sent, the event had completed)", pause, resume)
-			}
-			if res.Delivered != 20 || res.Failed != 0 {
-				t.Errorf("result %+v, want 20 delivered after the resume", res.Progress)
-			}
-		})
-		t.Run(fmt.Sprintf("set-rate/flow %d", flow), func(t *testing.T) {
-			rec := newRecorder()
-			fx := fixture{Event: testEvent("ev-rate-small"), Audience: 20, Options: fanout.TypeOptions{LocalDeliveryMax: 100}}
-			env := newEnv(t, fx, rec)
-			fx.Event.DeliverAt = start(env).Add(time.Hour)
-			var setRate *updateCB
-			env.RegisterDelayedCallback(func() { setRate = update(env, t, vocab.SetRateUpdate, 4.0) }, 10*time.Minute)
-			res := runToResult(t, env, FanoutInput{Event: fx.Event, Flow: flow})
-			if setRate == nil || setRate.rejected != nil || setRate.err != nil {
-				t.Fatalf("set-rate %+v", setRate)
-			}
-			if res.Delivered != 20 || res.Rate != 4 {
-				t.Errorf("result %+v, want 20 delivered at rate 4", res.Progress)
-			}
-			if len(rec.paced) == 0 {
-				t.Fatal("no DeliverBatch call")
-			}
-			for _, p := range rec.paced {
-				if p.rate != 4 || p.from.IsZero() {
-					t.Errorf("DeliverBatch paced at %v/s from %v, want 4/s from the delivery's start", p.rate, p.from)
-				}
-			}
-		})
-	}
+		}
+	})
 }
