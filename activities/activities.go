@@ -14,12 +14,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities/gate"
@@ -304,8 +302,6 @@ func nonRetryableIfPermanent(err error) error {
 // events of two types that share an id never share a key.
 func eventKey(ev fanout.Event) string { return vocab.EventKey(ev.Type, ev.ID) }
 
-func (a *Activities) dedup() bool { return a.Gate != nil }
-
 // DeliverBatchInput is one batch of recipients to deliver.
 type DeliverBatchInput struct {
 	Event     fanout.Event
@@ -344,6 +340,8 @@ type DeliverBatchInput struct {
 	// DeliverBatch from the registry): the attempt yields that long (and
 	// fanout.CallSlack) before its deadline.
 	callTimeout time.Duration
+	// gate is the attempt's gate (set by DeliverBatch: batchgate.go).
+	gate batchGate
 }
 
 // Failure is a recipient that was not delivered.
@@ -444,56 +442,108 @@ type outcome struct {
 // Permanent failures, and recipients that failed MaxAttempts times, go to
 // the deliveries DLQ and are not tried again (until a redrive).
 func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
-	h, opts, err := a.handler(in.Event.Type)
+	b := &batch{a: a, ctx: ctx, in: in}
+	for _, step := range []func() error{b.open, b.admit, b.deliver, b.settle, b.deadLetter} {
+		if err := step(); err != nil {
+			return DeliverBatchResult{}, err
+		}
+	}
+	return b.finish()
+}
+
+// batch is one attempt of DeliverBatch; its steps fill it in, in order.
+type batch struct {
+	a   *Activities
+	ctx context.Context
+	h   fanout.Handler
+	// in carries the attempt's gate, semantics and call timeout (open).
+	in  DeliverBatchInput
+	res DeliverBatchResult
+
+	todo     []fanout.Recipient // admitted: to call
+	rejected []Failure          // ids outside the grammar: given up, never called
+	outcomes []outcome          // of the calls made
+	left     leftOver           // not tried: the next attempt's
+	giveUp   []Failure          // to the deliveries DLQ
+	retry    []outcome          // failed transiently: the next attempt's
+}
+
+// open resolves the batch's type on this worker (its handler, semantics,
+// call timeout and gate), refuses a message the transport would refuse,
+// and loads the recipients (staged in Redis, or paged again).
+func (b *batch) open() error {
+	a := b.a
+	h, opts, err := a.handler(b.in.Event.Type)
 	if err != nil {
-		return DeliverBatchResult{}, err
+		return err
 	}
-	if err := invalidMessage(in.Message); err != nil {
-		return DeliverBatchResult{}, err
+	if err := invalidMessage(b.in.Message); err != nil {
+		return err
 	}
-	if ctx, err = a.useSemantics(ctx, &in, opts); err != nil {
-		return DeliverBatchResult{}, err
+	if b.ctx, err = a.useSemantics(b.ctx, &b.in, opts); err != nil {
+		return err
 	}
-	in.callTimeout = opts.CallTimeout
-	if in.Recipients, err = a.loadBatch(ctx, h, in); err != nil {
-		return DeliverBatchResult{}, err
+	b.h, b.in.callTimeout, b.in.gate = h, opts.CallTimeout, a.attemptGate(b.in)
+	b.in.Recipients, err = a.loadBatch(b.ctx, h, b.in)
+	return err
+}
+
+// admit asks the gate which recipients to call.
+func (b *batch) admit() (err error) {
+	b.todo, b.rejected, b.res, err = b.a.admit(b.ctx, b.in)
+	return err
+}
+
+// deliver calls them (deliverAll).
+func (b *batch) deliver() error {
+	var err error
+	b.outcomes, b.left, b.res.Destinations, b.res.Braked, err = b.a.deliverAll(b.ctx, b.h, b.in, b.todo, len(b.in.Recipients)-len(b.todo))
+	return err
+}
+
+// settle counts the outcomes and splits the failures into those given up
+// (permanent, at MaxAttempts, at most once not provably unsent) and those
+// to retry.
+func (b *batch) settle() error {
+	failed := b.res.addDelivered(b.outcomes)
+	if err := b.a.countFailures(b.ctx, b.in, failed); err != nil {
+		return err
 	}
-	todo, rejected, res, err := a.admit(ctx, in)
+	failed, spent, err := b.a.atMostOnceFailures(b.ctx, b.in, failed)
 	if err != nil {
-		return DeliverBatchResult{}, err
+		return err
 	}
-	outcomes, left, dests, braked, err := a.deliverAll(ctx, h, in, todo, len(in.Recipients)-len(todo))
-	if err != nil {
-		return DeliverBatchResult{}, err
+	giveUp, retry := settle(failed, max(b.in.MaxAttempts, 1))
+	b.giveUp, b.retry = append(append(b.rejected, giveUp...), spent...), retry
+	return nil
+}
+
+// deadLetter publishes the given-up recipients to the deliveries DLQ.
+func (b *batch) deadLetter() error {
+	if err := b.a.deadLetter(b.ctx, b.in, b.giveUp, b.res.Destinations); err != nil {
+		return err
 	}
-	res.Destinations, res.Braked = dests, braked
-	failed := res.addDelivered(outcomes)
-	if err := a.countFailures(ctx, in, failed); err != nil {
-		return DeliverBatchResult{}, err
+	b.res.addGivenUp(b.giveUp, b.a.DeadLetters != nil)
+	return nil
+}
+
+// finish ends the attempt: a retry of the transient failures, or of what
+// was left to the next attempt, else the result.
+func (b *batch) finish() (DeliverBatchResult, error) {
+	a, ctx, in, res := b.a, b.ctx, b.in, b.res
+	if len(b.retry) > 0 {
+		observeRetried(ctx, in, len(b.retry))
+		return DeliverBatchResult{}, a.retryError(in, b.retry)
 	}
-	failed, spent, err := a.atMostOnceFailures(ctx, in, failed)
-	if err != nil {
-		return DeliverBatchResult{}, err
-	}
-	giveUp, retry := settle(failed, max(in.MaxAttempts, 1))
-	giveUp = append(append(rejected, giveUp...), spent...)
-	if err := a.deadLetter(ctx, in, giveUp, dests); err != nil {
-		return DeliverBatchResult{}, err
-	}
-	res.addGivenUp(giveUp, a.DeadLetters != nil)
-	if len(retry) > 0 {
-		observeRetried(ctx, in, len(retry))
-		return DeliverBatchResult{}, a.retryError(in, retry)
-	}
-	if left.n > 0 {
+	if b.left.n > 0 {
 		// Paced, throttled or slow past the attempt's deadline: the next
 		// attempt presents the same attempt id, skips what this one
 		// delivered and goes on, when its next delivery is due.
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
-			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, dests), left.n, len(in.Recipients)),
-			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: left.retryDelay(time.Now())})
+			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, res.Destinations), b.left.n, len(in.Recipients)),
+			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: b.left.retryDelay(time.Now())})
 	}
-	if len(giveUp) > 0 && a.Logger != nil {
+	if len(b.giveUp) > 0 && a.Logger != nil {
 		a.Logger.WarnContext(ctx, "batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
 	}
 	a.dropStaged(ctx, in.Ref)
@@ -512,16 +562,14 @@ func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (De
 func (a *Activities) admit(ctx context.Context, in DeliverBatchInput) (todo []fanout.Recipient, rejected []Failure, res DeliverBatchResult, err error) {
 	cands, invalid, dups := screen(in.Recipients)
 	res.Duplicates = dups
-	verdicts := make([]gate.Verdict, len(cands)) // gate.Deliver each, without a gate
-	if a.dedup() {
-		ids := make([]string, len(cands))
-		for i, r := range cands {
-			ids[i] = r.ID
-		}
-		if verdicts, err = a.Gate.Acquire(ctx, eventKey(in.Event), in.AttemptID, ids, in.Redrive); err != nil {
-			// Redis is unreachable: never deliver without the gate; retry.
-			return nil, nil, res, err
-		}
+	ids := make([]string, len(cands))
+	for i, r := range cands {
+		ids[i] = r.ID
+	}
+	verdicts, err := in.gate.acquire(ctx, ids, in.Redrive)
+	if err != nil {
+		// Redis is unreachable: never deliver without the gate; retry.
+		return nil, nil, res, err
 	}
 	todo = make([]fanout.Recipient, 0, len(cands))
 	var unconfirmed []fanout.Recipient
@@ -632,21 +680,13 @@ func (a *Activities) countFailures(ctx context.Context, in DeliverBatchInput, fa
 	if len(failed) == 0 {
 		return nil
 	}
-	counts := make([]int, len(failed))
-	if a.dedup() {
-		ids := make([]string, len(failed))
-		for i, o := range failed {
-			ids[i] = o.r.ID
-		}
-		var err error
-		if counts, err = a.Gate.CountFailures(ctx, eventKey(in.Event), in.AttemptID, in.Round, ids); err != nil {
-			return err
-		}
-	} else {
-		attempt := int(activity.GetInfo(ctx).Attempt)
-		for i := range counts {
-			counts[i] = attempt
-		}
+	ids := make([]string, len(failed))
+	for i, o := range failed {
+		ids[i] = o.r.ID
+	}
+	counts, err := in.gate.countFailures(ctx, in.Round, ids)
+	if err != nil {
+		return err
 	}
 	for i := range failed {
 		failed[i].failures = counts[i]
@@ -707,213 +747,6 @@ func (a *Activities) dropStaged(ctx context.Context, ref *BatchRef) {
 	}
 }
 
-// deliverAll delivers to todo with bounded concurrency. Each success is
-// marked delivered in the gate by a flusher that pipelines the marks that
-// piled up while the previous flush was in flight (group commit: one round
-// trip when idle, few under load). With in.Rate, deliveries start at that
-// pace (pacer); left counts the recipients of todo not tried because the
-// pace would outlast the attempt, or because the attempt neared its
-// deadline (yieldAt): they are not failures, the retry delivers them.
-//
-// A recipient whose destination is over its limit or behind an open
-// breaker does not hold the feed or a slot (destFeed, destinations.go).
-func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left leftOver, _ []DestinationStat, braked int, _ error) {
-	conc := in.Concurrency
-	if a.DeliverConcurrency > 0 {
-		conc = a.DeliverConcurrency
-	}
-	conc = max(conc, 1)
-	in.obs = newDeliverObs(in.Event.Type)
-	var (
-		mu       sync.Mutex
-		out      = make([]outcome, 0, len(todo))
-		done     = skipped
-		lastBeat time.Time
-		marks    = make(chan string, conc)
-		flushed  = make(chan error, 1)
-	)
-	// A failed flush stops the batch: what is delivered from then on could
-	// not be marked, and the retry would deliver it again.
-	dctx, stopDeliveries := context.WithCancelCause(ctx)
-	defer stopDeliveries(nil)
-	go func() {
-		var ferr error
-		buf := make([]string, 0, 256)
-		for id := range marks {
-			buf = append(buf[:0], id)
-		more:
-			for len(buf) < cap(buf) {
-				select {
-				case id, ok := <-marks:
-					if !ok {
-						break more
-					}
-					buf = append(buf, id)
-				default:
-					break more
-				}
-			}
-			if ferr == nil && a.dedup() {
-				// Delivered but not marked if this fails: the retry delivers
-				// them again (their keys still hold our attempt id).
-				if ferr = a.Gate.MarkDelivered(ctx, eventKey(in.Event), in.AttemptID, buf...); ferr != nil {
-					stopDeliveries(ferr)
-				}
-			}
-		}
-		flushed <- ferr
-	}()
-	var dfeed *destFeed
-	beat := func() { // mu held
-		lastBeat = time.Now()
-		heartbeatDetail(ctx, dfeed, deliverProgress{Done: done, Total: len(in.Recipients)})
-	}
-	dfeed = a.newDestFeed(ctx, h, in, todo, func() { mu.Lock(); defer mu.Unlock(); beat() })
-	// conc long-lived workers rather than a goroutine per recipient: a
-	// delivery's call depth (net/http) grows a fresh goroutine's stack
-	// every time, which cost ~7% of the delivery worker's CPU.
-	work := make(chan delivery)
-	g, gctx := errgroup.WithContext(dctx)
-	for range min(conc, len(todo)) {
-		g.Go(func() error {
-			for j := range work {
-				r := j.r
-				derr := errNotCalled
-				call, err := a.markSending(gctx, &in, r.ID) // at most once: mark, then call
-				if err != nil {
-					a.Calls.release()
-					return err
-				}
-				if call {
-					derr = dfeed.deliver(gctx, h, &in, j) // h.Deliver, timed (metrics.go), through the breaker
-				}
-				a.Calls.release()
-				o := outcome{r: r, err: derr}
-				if derr != nil {
-					o.retryAfter, _ = fanout.RetryAfterOf(derr)
-				} else {
-					marks <- r.ID
-				}
-				mu.Lock()
-				out = append(out, o)
-				done++
-				if time.Since(lastBeat) > time.Second {
-					beat()
-				}
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	beatLocked := func() {
-		mu.Lock()
-		defer mu.Unlock()
-		beat()
-	}
-	pace := newPacer(in.Rate, in.PaceFrom, time.Now(), activity.GetInfo(ctx).Attempt, beatLocked)
-	if prev := lastProgress(ctx); !prev.PaceDue.IsZero() && prev.PaceAttempt+1 == activity.GetInfo(ctx).Attempt {
-		// The attempt before yielded to the cap and this one waited until
-		// its next delivery was due: go on with its schedule.
-		pace = newPacer(in.Rate, resumeFrom(prev.PaceDue, in.Rate), time.Now(), 1, beatLocked)
-	}
-	low := in.Priority == fanout.PriorityLow
-	src := &feeder{f: dfeed, todo: todo}
-	yield, hasDeadline := yieldAt(ctx, time.Now(), in.callTimeout)
-	fctx, stopFeed := feedContext(gctx, yield, hasDeadline)
-	defer stopFeed()
-	// yielded: the feed stopped at the yield (its waits end there), not
-	// for an error or a cancel.
-	yielded := func(err error) bool {
-		return errors.Is(err, errPaceDeadline) || (fctx.Err() != nil && gctx.Err() == nil)
-	}
-	var feedErr error
-feed:
-	for {
-		if hasDeadline && src.more() && time.Now().After(yield) {
-			left.n = src.remaining()
-			break feed
-		}
-		if src.more() {
-			// The event's rate cap, then (low priority) the brake, which
-			// is on while other priorities deliver (brake.go).
-			var err error
-			if pace != nil {
-				err = pace.wait(fctx)
-			}
-			if err == nil && low {
-				var held bool
-				if held, err = a.Brake.wait(fctx, in.Event.Type, beatLocked); held {
-					braked++
-				}
-			}
-			if err != nil {
-				if yielded(err) {
-					due, _ := paceDue(err) // zero: the yield itself, go on at once
-					left = leftOver{n: src.remaining(), due: due}
-				}
-				break feed
-			}
-		}
-		if !low {
-			a.Brake.Signal()
-		}
-		// A call from the worker's pool (calls.go), before the feed picks
-		// a recipient: a wait for a destination's limit holds at most one
-		// call per batch.
-		if err := a.Calls.acquire(fctx, in.Priority); err != nil {
-			if yielded(err) {
-				left = leftOver{n: src.remaining()}
-			}
-			break feed
-		}
-		if hasDeadline && time.Now().After(yield) { // waited for the call past the yield
-			a.Calls.release()
-			left.n = src.remaining()
-			break feed
-		}
-		j, ok, err := src.next(fctx)
-		if !ok {
-			a.Calls.release()
-			if yielded(err) {
-				due, _ := paceDue(err)
-				left = leftOver{n: src.remaining(), due: due}
-			} else if err != nil && gctx.Err() == nil {
-				feedErr = err // the limiter's Redis: retry the batch
-			}
-			break feed
-		}
-		select {
-		case work <- j:
-		case <-gctx.Done():
-			a.Calls.release()
-			break feed
-		}
-	}
-	close(work)
-	werr := g.Wait()
-	close(marks)
-	if ferr := <-flushed; ferr != nil {
-		return nil, leftOver{}, nil, 0, ferr
-	}
-	if werr != nil {
-		return nil, leftOver{}, nil, 0, werr
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, leftOver{}, nil, 0, err
-	}
-	if feedErr != nil {
-		return nil, leftOver{}, nil, 0, feedErr
-	}
-	final := deliverProgress{Done: done, Total: len(in.Recipients)}
-	if !left.due.IsZero() {
-		final.PaceDue, final.PaceAttempt = left.due, activity.GetInfo(ctx).Attempt
-		heartbeatDetail(ctx, dfeed, final) // the next attempt goes on from it
-	} else {
-		dfeed.finalBeat(ctx, final)
-	}
-	return out, left, dfeed.results(), braked, nil
-}
-
 // yieldAt is when an attempt that started at start stops starting
 // deliveries and leaves the rest of its batch to the next attempt, which
 // begins at once and skips what this one delivered: a tenth of the
@@ -954,14 +787,12 @@ func feedContext(ctx context.Context, yield time.Time, hasDeadline bool) (contex
 func (a *Activities) deadLetter(ctx context.Context, in DeliverBatchInput, fs []Failure, dests []DestinationStat) error {
 	published := 0
 	return a.publishDeadLetters(ctx, in, fs, func(chunk []Failure) error {
-		if a.dedup() {
-			ids := make([]string, len(chunk))
-			for i, f := range chunk {
-				ids[i] = f.Recipient.ID
-			}
-			if err := a.Gate.MarkDeadLettered(ctx, eventKey(in.Event), in.AttemptID, ids...); err != nil {
-				return err
-			}
+		ids := make([]string, len(chunk))
+		for i, f := range chunk {
+			ids[i] = f.Recipient.ID
+		}
+		if err := in.gate.markDeadLettered(ctx, ids...); err != nil {
+			return err
 		}
 		published += len(chunk)
 		activity.RecordHeartbeat(ctx, deliverProgress{Done: len(in.Recipients), Total: len(in.Recipients), DeadLettered: published, Destinations: dests})

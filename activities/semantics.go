@@ -61,7 +61,7 @@ func (a *Activities) useSemantics(ctx context.Context, in *DeliverBatchInput, op
 	if opts.Semantics != fanout.AtMostOnce {
 		return ctx, nil
 	}
-	if !a.dedup() {
+	if a.Gate == nil {
 		return ctx, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("event type %q is at-most-once, which needs the Redis gate (FANOUT_DEDUP=true)", in.Event.Type), ErrAtMostOnceNoGate, nil)
 	}
@@ -82,7 +82,7 @@ func (a *Activities) markSending(ctx context.Context, in *DeliverBatchInput, rec
 	if !in.atMostOnce() {
 		return true, nil
 	}
-	return a.Gate.MarkSending(ctx, eventKey(in.Event), in.AttemptID, recipientID)
+	return in.gate.markSending(ctx, recipientID)
 }
 
 // notSent reports whether a failed call provably never reached the
@@ -114,7 +114,7 @@ func (a *Activities) giveUpUnconfirmed(ctx context.Context, in DeliverBatchInput
 		for i, f := range chunk {
 			ids[i] = f.Recipient.ID
 		}
-		return a.Gate.MarkUnconfirmed(ctx, eventKey(in.Event), in.AttemptID, ids...)
+		return in.gate.markUnconfirmed(ctx, ids...)
 	})
 	if err != nil {
 		return err
@@ -149,7 +149,7 @@ func (a *Activities) atMostOnceFailures(ctx context.Context, in DeliverBatchInpu
 				Error: clip(ReasonNotRetriedAtMostOnce+": "+o.err.Error(), 1024)})
 		}
 	}
-	if err := a.Gate.Unsend(ctx, eventKey(in.Event), in.AttemptID, unsend...); err != nil {
+	if err := in.gate.unsend(ctx, unsend...); err != nil {
 		// Left marked sending: the retry gives them up as unconfirmed.
 		return nil, nil, err
 	}

@@ -1,0 +1,252 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fanout/fanout"
+)
+
+// deliverAll delivers to todo with bounded concurrency. Each success is
+// marked delivered in the gate by a flusher that pipelines the marks that
+// piled up while the previous flush was in flight (group commit: one round
+// trip when idle, few under load). With in.Rate, deliveries start at that
+// pace (pacer); left counts the recipients of todo not tried because the
+// pace would outlast the attempt, or because the attempt neared its
+// deadline (yieldAt): they are not failures, the retry delivers them.
+//
+// A recipient whose destination is over its limit or behind an open
+// breaker does not hold the feed or a slot (destFeed, destinations.go).
+func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in DeliverBatchInput, todo []fanout.Recipient, skipped int) (_ []outcome, left leftOver, _ []DestinationStat, braked int, _ error) {
+	conc := in.Concurrency
+	if a.DeliverConcurrency > 0 {
+		conc = a.DeliverConcurrency
+	}
+	conc = max(conc, 1)
+	in.obs = newDeliverObs(in.Event.Type)
+	d := &deliveries{a: a, ctx: ctx, h: h, in: &in, out: make([]outcome, 0, len(todo)), done: skipped,
+		marks: make(chan string, conc), flushed: make(chan error, 1), work: make(chan delivery)}
+	d.feed = a.newDestFeed(ctx, h, in, todo, d.beatLocked)
+	// A failed flush stops the batch: what is delivered from then on could
+	// not be marked, and the retry would deliver it again.
+	dctx, stopDeliveries := context.WithCancelCause(ctx)
+	defer stopDeliveries(nil)
+	go d.flush(ctx, stopDeliveries)
+	// conc long-lived callers rather than a goroutine per recipient: a
+	// delivery's call depth (net/http) grows a fresh goroutine's stack
+	// every time, which cost ~7% of the delivery worker's CPU.
+	g, gctx := errgroup.WithContext(dctx)
+	for range min(conc, len(todo)) {
+		g.Go(func() error { return d.call(gctx) })
+	}
+	left, braked, feedErr := d.run(ctx, gctx, todo)
+	close(d.work)
+	werr := g.Wait()
+	close(d.marks)
+	for _, err := range []error{<-d.flushed, werr, ctx.Err(), feedErr} {
+		if err != nil {
+			return nil, leftOver{}, nil, 0, err
+		}
+	}
+	final := deliverProgress{Done: d.done, Total: len(in.Recipients)}
+	if !left.due.IsZero() {
+		final.PaceDue, final.PaceAttempt = left.due, activity.GetInfo(ctx).Attempt
+		heartbeatDetail(ctx, d.feed, final) // the next attempt goes on from it
+	} else {
+		d.feed.finalBeat(ctx, final)
+	}
+	return d.out, left, d.feed.results(), braked, nil
+}
+
+// deliveries is what deliverAll's feed, callers and flusher share.
+type deliveries struct {
+	a    *Activities
+	ctx  context.Context // the attempt's: heartbeats
+	h    fanout.Handler
+	in   *DeliverBatchInput
+	feed *destFeed
+
+	mu       sync.Mutex // guards out, done and lastBeat
+	out      []outcome
+	done     int
+	lastBeat time.Time
+
+	marks   chan string   // delivered ids, to the flusher
+	flushed chan error    // the flusher's end
+	work    chan delivery // the feed's, to the callers
+}
+
+// beat heartbeats the progress (mu held).
+func (d *deliveries) beat() {
+	d.lastBeat = time.Now()
+	heartbeatDetail(d.ctx, d.feed, deliverProgress{Done: d.done, Total: len(d.in.Recipients)})
+}
+
+// beatLocked heartbeats, taking mu (for the waits of the feed).
+func (d *deliveries) beatLocked() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.beat()
+}
+
+// flush marks the delivered ids in the gate in pipelines of what piled up
+// since the last flush; a failed flush stops the deliveries (stop).
+func (d *deliveries) flush(ctx context.Context, stop context.CancelCauseFunc) {
+	var ferr error
+	buf := make([]string, 0, 256)
+	for id := range d.marks {
+		buf = append(buf[:0], id)
+	more:
+		for len(buf) < cap(buf) {
+			select {
+			case id, ok := <-d.marks:
+				if !ok {
+					break more
+				}
+				buf = append(buf, id)
+			default:
+				break more
+			}
+		}
+		if ferr == nil {
+			// Delivered but not marked if this fails: the retry delivers
+			// them again (their keys still hold our attempt id).
+			if ferr = d.in.gate.markDelivered(ctx, buf...); ferr != nil {
+				stop(ferr)
+			}
+		}
+	}
+	d.flushed <- ferr
+}
+
+// call is one caller: it delivers what the feed hands it, each with the
+// call it took from the worker's pool, until the feed closes.
+func (d *deliveries) call(ctx context.Context) error {
+	a := d.a
+	for j := range d.work {
+		r := j.r
+		derr := errNotCalled
+		call, err := a.markSending(ctx, d.in, r.ID) // at most once: mark, then call
+		if err != nil {
+			a.Calls.release()
+			return err
+		}
+		if call {
+			derr = d.feed.deliver(ctx, d.h, d.in, j) // h.Deliver, timed (metrics.go), through the breaker
+		}
+		a.Calls.release()
+		o := outcome{r: r, err: derr}
+		if derr != nil {
+			o.retryAfter, _ = fanout.RetryAfterOf(derr)
+		} else {
+			d.marks <- r.ID
+		}
+		d.mu.Lock()
+		d.out = append(d.out, o)
+		d.done++
+		if time.Since(d.lastBeat) > time.Second {
+			d.beat()
+		}
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// run is the feed: it hands todo's recipients to the callers, each once
+// its rate cap, the low-priority brake, a call from the pool and its
+// destination allow, until todo is done, the attempt must yield (left), or
+// the callers stop (gctx). Its error is the limiter's (Redis): the batch
+// is retried.
+func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (left leftOver, braked int, _ error) {
+	a, in := d.a, d.in
+	pace := d.pacer(ctx)
+	low := in.Priority == fanout.PriorityLow
+	src := &feeder{f: d.feed, todo: todo}
+	yield, hasDeadline := yieldAt(ctx, time.Now(), in.callTimeout)
+	fctx, stopFeed := feedContext(gctx, yield, hasDeadline)
+	defer stopFeed()
+	// yielded: the feed stopped at the yield (its waits end there), not
+	// for an error or a cancel.
+	yielded := func(err error) bool {
+		return errors.Is(err, errPaceDeadline) || (fctx.Err() != nil && gctx.Err() == nil)
+	}
+	leave := func(err error) leftOver {
+		due, _ := paceDue(err) // zero: the yield itself, go on at once
+		return leftOver{n: src.remaining(), due: due}
+	}
+	for {
+		if hasDeadline && src.more() && time.Now().After(yield) {
+			return leftOver{n: src.remaining()}, braked, nil
+		}
+		if src.more() {
+			// The event's rate cap, then (low priority) the brake, which
+			// is on while other priorities deliver (brake.go).
+			var err error
+			if pace != nil {
+				err = pace.wait(fctx)
+			}
+			if err == nil && low {
+				var held bool
+				if held, err = a.Brake.wait(fctx, in.Event.Type, d.beatLocked); held {
+					braked++
+				}
+			}
+			if err != nil {
+				if yielded(err) {
+					left = leave(err)
+				}
+				return left, braked, nil
+			}
+		}
+		if !low {
+			a.Brake.Signal()
+		}
+		// A call from the worker's pool (calls.go), before the feed picks
+		// a recipient: a wait for a destination's limit holds at most one
+		// call per batch.
+		if err := a.Calls.acquire(fctx, in.Priority); err != nil {
+			if yielded(err) {
+				left = leftOver{n: src.remaining()}
+			}
+			return left, braked, nil
+		}
+		if hasDeadline && time.Now().After(yield) { // waited for the call past the yield
+			a.Calls.release()
+			return leftOver{n: src.remaining()}, braked, nil
+		}
+		j, ok, err := src.next(fctx)
+		if !ok {
+			a.Calls.release()
+			switch {
+			case yielded(err):
+				return leave(err), braked, nil
+			case err != nil && gctx.Err() == nil:
+				return leftOver{}, braked, err // the limiter's Redis: retry the batch
+			}
+			return leftOver{}, braked, nil
+		}
+		select {
+		case d.work <- j:
+		case <-gctx.Done():
+			a.Calls.release()
+			return leftOver{}, braked, nil
+		}
+	}
+}
+
+// pacer is the batch's rate cap (nil: none); an attempt that follows one
+// which yielded to the cap goes on with its schedule.
+func (d *deliveries) pacer(ctx context.Context) *pacer {
+	in, attempt := d.in, activity.GetInfo(ctx).Attempt
+	if prev := lastProgress(ctx); !prev.PaceDue.IsZero() && prev.PaceAttempt+1 == attempt {
+		// The attempt before yielded to the cap and this one waited until
+		// its next delivery was due.
+		return newPacer(in.Rate, resumeFrom(prev.PaceDue, in.Rate), time.Now(), 1, d.beatLocked)
+	}
+	return newPacer(in.Rate, in.PaceFrom, time.Now(), attempt, d.beatLocked)
+}
