@@ -303,6 +303,15 @@ func nonRetryableIfPermanent(err error) error {
 func eventKey(ev fanout.Event) string { return vocab.EventKey(ev.Type, ev.ID) }
 
 // DeliverBatchInput is one batch of recipients to deliver.
+//
+// What an attempt uses comes from one of two sources, never both for one
+// setting. The input, recorded in the history by the workflow, holds what
+// the event decided: the recipients, the message, the priority, MaxAttempts,
+// Concurrency and the rate cap's share, so every attempt and a replay see
+// the same. The worker's registry, read once per attempt (batch.open), holds
+// how this worker calls: the handler, Semantics, CallTimeout, DestinationRate
+// and the breaker settings, so a type's fix reaches running batches at their
+// next attempt.
 type DeliverBatchInput struct {
 	Event     fanout.Event
 	Priority  fanout.Priority
@@ -342,6 +351,9 @@ type DeliverBatchInput struct {
 	callTimeout time.Duration
 	// gate is the attempt's gate (set by DeliverBatch: batchgate.go).
 	gate batchGate
+	// live are the type's options in this worker's registry (set by
+	// DeliverBatch), for the settings read live.
+	live fanout.TypeOptions
 }
 
 // Failure is a recipient that was not delivered.
@@ -483,7 +495,7 @@ func (b *batch) open() error {
 	if b.ctx, err = a.useSemantics(b.ctx, &b.in, opts); err != nil {
 		return err
 	}
-	b.h, b.in.callTimeout, b.in.gate = h, opts.CallTimeout, a.attemptGate(b.in)
+	b.h, b.in.live, b.in.callTimeout, b.in.gate = h, opts, opts.CallTimeout, a.attemptGate(b.in)
 	b.in.Recipients, err = a.loadBatch(b.ctx, h, b.in)
 	return err
 }

@@ -148,7 +148,7 @@ func (a *Activities) newDestFeed(ctx context.Context, h fanout.Handler, in Deliv
 	if d == nil {
 		return nil
 	}
-	_, opts, _ := a.Registry.Lookup(in.Event.Type)
+	opts := in.live
 	f := &destFeed{d: d, eventType: in.Event.Type, key: destKeyer(h, in.Event.Type), def: opts.DestinationRate,
 		todo: todo, queues: map[string]*destQueue{}, rates: map[string]float64{}, brs: map[string]*limits.Breaker{}, beat: beat,
 		stats: map[string]*DestinationStat{}, bs: limits.ResolveBreaker(opts)}
