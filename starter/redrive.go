@@ -243,6 +243,38 @@ func (r *redriveRead) resolve() {
 
 // RedriveDeliveries redrives the deliveries DLQ.
 func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) (RedriveResult, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return RedriveResult{}, err
+	}
+	rv := &deliveriesRedrive{o: o, tc: tc, prog: RedriveProgress{Phase: "read"}, pr: newProgress(nil, o.ProgressEvery)}
+	rd, err := rv.read(ctx)
+	if err != nil {
+		return rv.res, err
+	}
+	rv.plan(rd)
+	if o.DryRun {
+		for _, pl := range rv.res.Plan {
+			rv.res.Batches += pl.Batches
+			rv.res.Unredrivable += pl.Unredrivable
+		}
+		return rv.done(), nil
+	}
+	if err := rv.start(ctx, rd); err != nil {
+		return rv.res, err
+	}
+	if !o.Wait {
+		return rv.done(), nil
+	}
+	if err := rv.wait(ctx); err != nil {
+		return rv.res, err
+	}
+	return rv.done(), nil
+}
+
+// withDefaults fills in the rate, the batch size and the round a
+// deliveries redrive leaves unset, and checks the round.
+func (o RedriveOptions) withDefaults() (RedriveOptions, error) {
 	if o.Rate <= 0 {
 		o.Rate = 100
 	}
@@ -253,122 +285,162 @@ func RedriveDeliveries(ctx context.Context, tc client.Client, o RedriveOptions) 
 		o.Round = time.Now().UTC().Format("20060102T150405Z")
 	}
 	if err := fanout.ValidateID(o.Round); err != nil {
-		return RedriveResult{}, fmt.Errorf("redrive round: %w", err)
+		return o, fmt.Errorf("redrive round: %w", err)
 	}
+	return o, nil
+}
+
+// deliveriesRedrive is a deliveries redrive under way: its counts, its
+// progress and the redrive batches it started.
+type deliveriesRedrive struct {
+	o    RedriveOptions
+	tc   client.Client
+	res  RedriveResult
+	prog RedriveProgress
+	pr   *progress
+	runs []client.WorkflowRun
+}
+
+// read reads the whole DLQ and groups the dead letters the filter matches,
+// reporting the counts as it goes.
+func (rv *deliveriesRedrive) read(ctx context.Context) (*redriveRead, error) {
+	o := rv.o
 	rd := &redriveRead{o: o, groups: map[string]*redriveGroup{}, seen: map[string]bool{}, plans: map[string]int{}, messages: map[string]activities.DeadLetter{}}
-	prog := RedriveProgress{Phase: "read"}
-	pr := newProgress(nil, o.ProgressEvery)
 	if o.Progress != nil {
-		pr.fn = func() { prog.RedriveResult = rd.res; o.Progress(prog) }
+		rv.pr.fn = func() { rv.prog.RedriveResult = rd.res; o.Progress(rv.prog) }
 	}
 	err := kafkatopic.ReadAll(ctx, o.Kafka, o.Topic, func(m kafka.Message) error {
-		prog.Read++
-		pr.tick(false)
+		rv.prog.Read++
+		rv.pr.tick(false)
 		rd.add(m)
 		return nil
 	})
-	res, groups, order, plans := rd.res, rd.groups, rd.order, rd.plans
+	rv.res = rd.res
 	if o.Progress != nil {
-		pr.fn = func() { prog.RedriveResult = res; o.Progress(prog) }
+		rv.pr.fn = func() { rv.prog.RedriveResult = rv.res; o.Progress(rv.prog) }
 	}
 	if err != nil {
-		return res, err
+		return nil, err
 	}
 	rd.resolve()
-	for _, k := range order {
-		g := groups[k]
-		pl := &res.Plan[plans[g.first.EventType+"\x00"+g.first.EventID]]
+	return rd, nil
+}
+
+// plan counts in each event's plan the redrive batches its groups make and
+// the dead letters left in the DLQ without their message.
+func (rv *deliveriesRedrive) plan(rd *redriveRead) {
+	for _, k := range rd.order {
+		g := rd.groups[k]
+		pl := &rv.res.Plan[rd.plans[g.first.EventType+"\x00"+g.first.EventID]]
 		if g.first.MessageOmitted != 0 {
 			pl.Unredrivable += len(g.recs)
 			continue
 		}
-		n := (len(g.recs) + o.BatchSize - 1) / o.BatchSize
+		n := (len(g.recs) + rv.o.BatchSize - 1) / rv.o.BatchSize
 		pl.Batches += n
-		prog.Planned += n
+		rv.prog.Planned += n
 	}
-	if o.DryRun {
-		for _, pl := range res.Plan {
-			res.Batches += pl.Batches
-			res.Unredrivable += pl.Unredrivable
-		}
-		prog.Phase = "done"
-		pr.tick(true)
-		return res, nil
-	}
-	prog.Phase = "start"
-	pr.tick(true)
-	lim := rate.NewLimiter(rate.Limit(o.Rate), o.BatchSize)
-	var runs []client.WorkflowRun
-	for _, k := range order {
-		g := groups[k]
+}
+
+// start starts the redrive batches of each group, BatchSize recipients
+// each, at the rate cap; a group without its message stays in the DLQ.
+func (rv *deliveriesRedrive) start(ctx context.Context, rd *redriveRead) error {
+	rv.prog.Phase = "start"
+	rv.pr.tick(true)
+	lim := rate.NewLimiter(rate.Limit(rv.o.Rate), rv.o.BatchSize)
+	for _, k := range rd.order {
+		g := rd.groups[k]
 		d := g.first
 		if d.MessageOmitted != 0 {
-			res.Unredrivable += len(g.recs)
+			rv.res.Unredrivable += len(g.recs)
 			slog.Warn("dead letters without their message, and none of their batch has it: left in the DLQ",
 				"event", d.EventID, "type", d.EventType, "attempt", d.AttemptID, "recipients", len(g.recs))
 			continue
 		}
-		prio := d.Priority
-		if !prio.Valid() {
-			prio = fanout.PriorityNormal
-		}
-		for n, chunk := range slices.Collect(slices.Chunk(g.recs, o.BatchSize)) {
+		for n, chunk := range slices.Collect(slices.Chunk(g.recs, rv.o.BatchSize)) {
 			if err := lim.WaitN(ctx, len(chunk)); err != nil {
-				return res, err
+				return err
 			}
-			wid := vocab.RedriveWorkflowID(vocab.WorkflowID(d.EventType, d.EventID), d.AttemptID, o.Round, n)
-			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-				ID:                       wid,
-				TaskQueue:                vocab.DeliveryTaskQueue(prio),
-				WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-				Priority:                 vocab.Fairness(d.Event, 0),
-				StaticSummary:            fmt.Sprintf("redrive of %d dead letters of %s event %s", len(chunk), d.EventType, d.EventID),
-			}, workflows.DeliveryBatch, workflows.DeliveryBatchInput{DeliverBatchInput: activities.DeliverBatchInput{
-				Event: d.Event, Priority: prio, AttemptID: d.AttemptID, Recipients: chunk, Message: d.Message,
-				MaxAttempts: max(d.Attempts, fanout.DefaultMaxAttempts), Concurrency: fanout.DefaultDeliverConcurrency,
-				Redrive: true, Round: o.Round,
-			}})
+			run, err := rv.startBatch(ctx, d, n, chunk)
 			if err != nil {
-				return res, fmt.Errorf("start redrive %s: %w", wid, err)
+				return err
 			}
-			res.Batches++
-			runs = append(runs, run)
-			pr.tick(false)
+			rv.res.Batches++
+			rv.runs = append(rv.runs, run)
+			rv.pr.tick(false)
 		}
 	}
-	if !o.Wait {
-		prog.Phase = "done"
-		pr.tick(true)
-		return res, nil
+	return nil
+}
+
+// startBatch starts redrive batch n of d's group, the recipients chunk: a
+// DeliveryBatch on the delivery queue of d's priority (normal when it is
+// not valid) that presents d's attempt id.
+func (rv *deliveriesRedrive) startBatch(ctx context.Context, d activities.DeadLetter, n int, chunk []fanout.Recipient) (client.WorkflowRun, error) {
+	prio := d.Priority
+	if !prio.Valid() {
+		prio = fanout.PriorityNormal
 	}
-	prog.Phase = "wait"
-	pr.tick(true)
-	for _, run := range runs {
-		var r workflows.DeliveryBatchResult
-		for {
-			// Wait in slices of the progress interval, so a long batch
-			// does not silence the progress.
-			gctx, cancel := context.WithTimeout(ctx, pr.d)
-			err := run.Get(gctx, &r)
-			cancel()
-			if err == nil {
-				break
-			}
-			if ctx.Err() == nil && gctx.Err() != nil {
-				pr.tick(false)
-				continue
-			}
-			return res, fmt.Errorf("redrive %s: %w", run.GetID(), err)
+	wid := vocab.RedriveWorkflowID(vocab.WorkflowID(d.EventType, d.EventID), d.AttemptID, rv.o.Round, n)
+	run, err := rv.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       wid,
+		TaskQueue:                vocab.DeliveryTaskQueue(prio),
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		Priority:                 vocab.Fairness(d.Event, 0),
+		StaticSummary:            fmt.Sprintf("redrive of %d dead letters of %s event %s", len(chunk), d.EventType, d.EventID),
+	}, workflows.DeliveryBatch, workflows.DeliveryBatchInput{DeliverBatchInput: activities.DeliverBatchInput{
+		Event: d.Event, Priority: prio, AttemptID: d.AttemptID, Recipients: chunk, Message: d.Message,
+		MaxAttempts: max(d.Attempts, fanout.DefaultMaxAttempts), Concurrency: fanout.DefaultDeliverConcurrency,
+		Redrive: true, Round: rv.o.Round,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("start redrive %s: %w", wid, err)
+	}
+	return run, nil
+}
+
+// wait waits for the redrive batches it started and sums their results.
+func (rv *deliveriesRedrive) wait(ctx context.Context) error {
+	rv.prog.Phase = "wait"
+	rv.pr.tick(true)
+	for _, run := range rv.runs {
+		r, err := rv.waitRun(ctx, run)
+		if err != nil {
+			return err
 		}
-		res.Delivered += r.Delivered
-		res.Skipped += r.Duplicates
-		res.Failed += r.Failed
-		prog.Finished++
-		pr.tick(false)
+		rv.res.Delivered += r.Delivered
+		rv.res.Skipped += r.Duplicates
+		rv.res.Failed += r.Failed
+		rv.prog.Finished++
+		rv.pr.tick(false)
 	}
-	prog.Phase = "done"
-	pr.tick(true)
-	return res, nil
+	return nil
+}
+
+// waitRun waits for one redrive batch's result, in slices of the progress
+// interval, so a long batch does not silence the progress.
+func (rv *deliveriesRedrive) waitRun(ctx context.Context, run client.WorkflowRun) (workflows.DeliveryBatchResult, error) {
+	var r workflows.DeliveryBatchResult
+	for {
+		gctx, cancel := context.WithTimeout(ctx, rv.pr.d)
+		err := run.Get(gctx, &r)
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		if ctx.Err() == nil && gctx.Err() != nil {
+			rv.pr.tick(false)
+			continue
+		}
+		return r, fmt.Errorf("redrive %s: %w", run.GetID(), err)
+	}
+}
+
+// done reports the end of the redrive and returns its counts.
+func (rv *deliveriesRedrive) done() RedriveResult {
+	rv.prog.Phase = "done"
+	rv.pr.tick(true)
+	return rv.res
 }
 
 // RedriveEventsOptions of an events-DLQ redrive.

@@ -224,14 +224,23 @@ func (r *fanoutRun) registerHandlers() error {
 	return r.registerReschedule()
 }
 
+// run fans the event out: on its first run, after its time has come, it
+// opens the event (which may settle an event of one batch); then it pages
+// the audience and starts its batches.
 func (r *fanoutRun) run() (FanoutResult, error) {
-	if r.st == nil {
-		if err := r.awaitSchedule(); err != nil {
-			return r.finish(err)
-		}
+	if r.st != nil {
+		return r.fanOut(nil)
 	}
-	ctx, in := r.ctx, r.in
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	if err := r.awaitSchedule(); err != nil {
+		return r.finish(err)
+	}
+	return r.open()
+}
+
+// stepContext is the context the event's steps (Prepare, RecipientsPage)
+// run in as activities.
+func stepContext(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
 		// get_recipients may be slow or flaky: keep trying, but not
 		// forever; an endpoint down for a day fails the event with the
@@ -244,7 +253,12 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			MaximumAttempts:    0, // get_recipients may be slow or flaky; keep trying
 		},
 	})
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+}
+
+// localStepContext is the context the event's steps run in first, as
+// local activities (see localThenRemote).
+func localStepContext(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    time.Second,
@@ -253,119 +267,141 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			MaximumAttempts:    3,
 		},
 	})
+}
 
-	var firstPage *activities.PageResult
-	if r.st == nil {
-		// An event paused while it waited for its time is held here, so
-		// that Open, which may deliver, runs only once it is resumed.
-		r.waitWhilePaused()
-		if ctx.Err() != nil {
-			return r.finish(temporal.NewCanceledError())
-		}
-		rate, from := r.inlinePace()
-		// Prepare and a page within 30 s (the steps' own local-activity
-		// timeout), and a delivery within its budget (with calls of the
-		// default timeout; a type's longer calls leave Open less time to
-		// start them). Schedule-to-close: the wait for a local-activity slot
-		// counts.
-		open := 30*time.Second + activities.LocalDeliverBudget(0, 0)
-		octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-			ScheduleToCloseTimeout: open,
-			StartToCloseTimeout:    open,
-			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-		})
-		var o activities.OpenResult
-		err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
-		var ae *temporal.ApplicationError
-		switch {
-		case err == nil:
-		case ctx.Err() != nil || (errors.As(err, &ae) && ae.NonRetryable()):
+// open runs the first run's first steps: Open, the state it starts, and
+// the event's one batch when the first page is all of it; a bigger
+// audience goes on to fanOut from that page.
+func (r *fanoutRun) open() (FanoutResult, error) {
+	// An event paused while it waited for its time is held here, so
+	// that Open, which may deliver, runs only once it is resumed.
+	r.waitWhilePaused()
+	if r.ctx.Err() != nil {
+		return r.finish(temporal.NewCanceledError())
+	}
+	o, err := r.openEvent()
+	if err != nil {
+		return r.finish(err)
+	}
+	if err := r.startState(o.Prepared); err != nil {
+		return r.finish(err)
+	}
+	if err := r.recordPriority(o.Delivered); err != nil {
+		return FanoutResult{}, err
+	}
+	if o.Delivered {
+		return r.openedDelivered(o)
+	}
+	if !o.Paged {
+		if err := localThenRemote(r.ctx, localStepContext(r.ctx), stepContext(r.ctx), a.RecipientsPage, activities.RecipientsPageInput{
+			Event: r.in.Event, Limit: r.st.Options.PageSize, BatchSize: r.st.Options.BatchSize,
+		}, &o.Page); err != nil {
 			return r.finish(err)
-		default:
-			// Prepare failed: the steps one by one, with their retries.
-			workflow.GetLogger(ctx).Warn("opening the event failed; taking its steps one by one", "error", err)
-			if err := localThenRemote(ctx, lctx, actx, a.Prepare, activities.PrepareInput{Event: in.Event}, &o.Prepared); err != nil {
-				return r.finish(err)
-			}
-		}
-		r.st = &FanoutState{Message: o.Prepared.Message, Options: o.Prepared.Options.WithDefaults(), Priority: in.Event.Priority}
-		if r.st.Priority == "" {
-			r.st.Priority = r.st.Options.DefaultPriority
-		}
-		if !r.st.Priority.Valid() {
-			return r.finish(temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("unknown priority %q", r.st.Priority), "UnknownPriority", nil))
-		}
-		if in.Event.Priority == "" {
-			// The bridge set type and status at start; the default priority
-			// is only known now. An event delivered in this task records it
-			// with its final status instead (one upsert, not two).
-			r.finalSA = append(r.finalSA, vocab.PriorityKey.ValueSet(string(r.st.Priority)))
-			if !o.Delivered {
-				if err := workflow.UpsertTypedSearchAttributes(ctx, r.finalSA...); err != nil {
-					return FanoutResult{}, err
-				}
-				r.finalSA = nil
-			}
-		}
-		if o.Delivered {
-			return r.openedDelivered(o)
-		}
-		if !o.Paged {
-			if err := localThenRemote(ctx, lctx, actx, a.RecipientsPage, activities.RecipientsPageInput{
-				Event: in.Event, Limit: r.st.Options.PageSize, BatchSize: r.st.Options.BatchSize,
-			}, &o.Page); err != nil {
-				return r.finish(err)
-			}
-		}
-		firstPage = &o.Page
-		if o.Page.OneBatch(r.st.Options.BatchSize) && !r.prog.Paused {
-			if o.DeliverError != "" {
-				return r.deliverRemote(o)
-			}
-			return r.deliverInline(o.Page.Recipients)
 		}
 	}
-	opts := r.st.Options
+	if o.Page.OneBatch(r.st.Options.BatchSize) && !r.prog.Paused {
+		if o.DeliverError != "" {
+			return r.deliverRemote(o)
+		}
+		return r.deliverInline(o.Page.Recipients)
+	}
+	return r.fanOut(&o.Page)
+}
+
+// openEvent runs Open, one local activity, and when it fails for a reason
+// other than a non-retryable error, Prepare on its own with its retries.
+func (r *fanoutRun) openEvent() (activities.OpenResult, error) {
+	ctx, in := r.ctx, r.in
+	rate, from := r.inlinePace()
+	// Prepare and a page within 30 s (the steps' own local-activity
+	// timeout), and a delivery within its budget (with calls of the
+	// default timeout; a type's longer calls leave Open less time to
+	// start them). Schedule-to-close: the wait for a local-activity slot
+	// counts.
+	open := 30*time.Second + activities.LocalDeliverBudget(0, 0)
+	octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: open,
+		StartToCloseTimeout:    open,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var o activities.OpenResult
+	err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
+	var ae *temporal.ApplicationError
+	switch {
+	case err == nil:
+	case ctx.Err() != nil || (errors.As(err, &ae) && ae.NonRetryable()):
+		return o, err
+	default:
+		// Prepare failed: the steps one by one, with their retries.
+		workflow.GetLogger(ctx).Warn("opening the event failed; taking its steps one by one", "error", err)
+		if err := localThenRemote(ctx, localStepContext(ctx), stepContext(ctx), a.Prepare, activities.PrepareInput{Event: in.Event}, &o.Prepared); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// startState starts the run's state from what Prepare returned: the
+// message, the type's options and the priority (the type's default when
+// the event names none), which must be one fanout knows.
+func (r *fanoutRun) startState(p activities.PrepareResult) error {
+	r.st = &FanoutState{Message: p.Message, Options: p.Options.WithDefaults(), Priority: r.in.Event.Priority}
+	if r.st.Priority == "" {
+		r.st.Priority = r.st.Options.DefaultPriority
+	}
+	if !r.st.Priority.Valid() {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("unknown priority %q", r.st.Priority), "UnknownPriority", nil)
+	}
+	return nil
+}
+
+// recordPriority records the type's default priority of an event that
+// named none as a search attribute: now, or with the final status of an
+// event Open delivered.
+func (r *fanoutRun) recordPriority(delivered bool) error {
+	if r.in.Event.Priority != "" {
+		return nil
+	}
+	// The bridge set type and status at start; the default priority is
+	// only known now. An event delivered in this task records it with its
+	// final status instead (one upsert, not two).
+	r.finalSA = append(r.finalSA, vocab.PriorityKey.ValueSet(string(r.st.Priority)))
+	if delivered {
+		return nil
+	}
+	if err := workflow.UpsertTypedSearchAttributes(r.ctx, r.finalSA...); err != nil {
+		return err
+	}
+	r.finalSA = nil
+	return nil
+}
+
+// fanOut pages the audience from the cursor (first: the page Open read)
+// and starts each page's batches in the window, until the last page, a
+// cancel, an error or a continue-as-new; then it waits for the open
+// batches and finishes.
+func (r *fanoutRun) fanOut(first *activities.PageResult) (FanoutResult, error) {
+	ctx := r.ctx
+	actx := stepContext(ctx)
 	r.lastUpsert = workflow.Now(ctx)
 	r.setDetails()
-
 	for !r.prog.PagingDone {
 		r.waitWhilePaused()
 		if ctx.Err() != nil {
 			break
 		}
 		var page activities.PageResult
-		batchSize := pageBatchSize(opts, r.st.Cursor, r.st.NextBatch)
-		if firstPage != nil {
-			page, firstPage = *firstPage, nil
+		batchSize := pageBatchSize(r.st.Options, r.st.Cursor, r.st.NextBatch)
+		if first != nil {
+			page, first = *first, nil
 		} else if err := workflow.ExecuteActivity(actx, a.RecipientsPage, activities.RecipientsPageInput{
-			Event: in.Event, Cursor: r.st.Cursor, Limit: opts.PageSize, BatchSize: batchSize, FirstBatch: r.st.NextBatch,
+			Event: r.in.Event, Cursor: r.st.Cursor, Limit: r.st.Options.PageSize, BatchSize: batchSize, FirstBatch: r.st.NextBatch,
 		}).Get(ctx, &page); err != nil {
 			r.drain(0)
 			return r.finish(err)
 		}
-		r.prog.Pages++
-		r.prog.Found += int64(page.Len())
-		for i := range page.Batches {
-			pace, ok := r.beforeBatch(page.Batches[i].Count)
-			if !ok {
-				break
-			}
-			ref := page.Batches[i]
-			r.startBatch(ref.N, nil, &ref, pace)
-			r.st.NextBatch = ref.N + 1
-		}
-		for rs := page.Recipients; len(rs) > 0 && len(page.Batches) == 0; {
-			k := min(len(rs), batchSize)
-			pace, ok := r.beforeBatch(k)
-			if !ok {
-				break
-			}
-			r.startBatch(r.st.NextBatch, rs[:k], nil, pace)
-			r.st.NextBatch++
-			rs = rs[k:]
-		}
+		r.startPage(page, batchSize)
 		if ctx.Err() != nil {
 			break // canceled mid-page: the cursor stays at this page
 		}
@@ -379,25 +415,14 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 			return r.finish(err)
 		}
 		r.maybeUpsertCounts()
-		if !r.prog.PagingDone && continueAsNewDue(ctx, in.MaxHistoryLength) {
+		if !r.prog.PagingDone && continueAsNewDue(ctx, r.in.MaxHistoryLength) {
 			// Children close with this run (parent-close policy), so let the
 			// open batches finish first; nothing in flight is lost.
 			r.drain(0)
 			if ctx.Err() != nil {
 				break
 			}
-			r.st.Progress = r.prog
-			r.st.Paused, r.st.Rate = r.prog.Paused, r.prog.Rate
-			if r.prog.Rate > 0 && len(r.laneEnds) > 0 {
-				r.st.LaneEnds, r.st.LaneShare = r.laneEnds, r.laneShare
-			}
-			workflow.GetLogger(ctx).Info("continuing as new", "batches", r.st.NextBatch) // not the cursor: the source's opaque state
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-				return FanoutResult{}, err
-			}
-			return FanoutResult{}, workflow.NewContinueAsNewError(ctx, Fanout, FanoutInput{
-				Event: in.Event, State: r.st, MaxHistoryLength: in.MaxHistoryLength,
-			})
+			return r.continueAsNew()
 		}
 	}
 	r.drain(0)
@@ -405,6 +430,52 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 		return r.finish(temporal.NewCanceledError())
 	}
 	return r.finish(nil)
+}
+
+// startPage counts a page and starts its batches, each once the window,
+// a pause and the rate cap let it: the staged batches the page names, or
+// its recipients in batches of batchSize. A cancel stops it.
+func (r *fanoutRun) startPage(page activities.PageResult, batchSize int) {
+	r.prog.Pages++
+	r.prog.Found += int64(page.Len())
+	for i := range page.Batches {
+		pace, ok := r.beforeBatch(page.Batches[i].Count)
+		if !ok {
+			break
+		}
+		ref := page.Batches[i]
+		r.startBatch(ref.N, nil, &ref, pace)
+		r.st.NextBatch = ref.N + 1
+	}
+	for rs := page.Recipients; len(rs) > 0 && len(page.Batches) == 0; {
+		k := min(len(rs), batchSize)
+		pace, ok := r.beforeBatch(k)
+		if !ok {
+			break
+		}
+		r.startBatch(r.st.NextBatch, rs[:k], nil, pace)
+		r.st.NextBatch++
+		rs = rs[k:]
+	}
+}
+
+// continueAsNew hands the cursor, the counters, the operator's steering
+// and the rate cap's lanes to the next run, once the update handlers are
+// done.
+func (r *fanoutRun) continueAsNew() (FanoutResult, error) {
+	ctx := r.ctx
+	r.st.Progress = r.prog
+	r.st.Paused, r.st.Rate = r.prog.Paused, r.prog.Rate
+	if r.prog.Rate > 0 && len(r.laneEnds) > 0 {
+		r.st.LaneEnds, r.st.LaneShare = r.laneEnds, r.laneShare
+	}
+	workflow.GetLogger(ctx).Info("continuing as new", "batches", r.st.NextBatch) // not the cursor: the source's opaque state
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return FanoutResult{}, err
+	}
+	return FanoutResult{}, workflow.NewContinueAsNewError(ctx, Fanout, FanoutInput{
+		Event: r.in.Event, State: r.st, MaxHistoryLength: r.in.MaxHistoryLength,
+	})
 }
 
 // pageBatchSize is the batch size of the page at cursor when next batches

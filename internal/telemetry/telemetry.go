@@ -159,11 +159,29 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	if err != nil && res == nil {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
+	if err := t.setupTraces(ctx, res, o); err != nil {
+		return nil, err
+	}
+	if err := t.setupMetrics(ctx, res, o, log); err != nil {
+		return nil, err
+	}
+	if o.metricsAddr != "" {
+		if err := t.serve(o.metricsAddr, log); err != nil {
+			_ = t.Shutdown(ctx)
+			return nil, err
+		}
+	}
+	log.Debug("telemetry", "service", serviceName, "exporting_traces", t.exporting, "pushing_metrics", t.pushing, "metrics_addr", t.metricsAddr)
+	return t, nil
+}
 
-	// Traces.
+// setupTraces sets the tracer provider (the SDK's, installed globally,
+// when spans are exported or recorded; a no-op one otherwise) and
+// Temporal's tracing interceptor on it.
+func (t *Telemetry) setupTraces(ctx context.Context, res *resource.Resource, o options) error {
 	exporter, err := spanExporter(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if exporter != nil || len(o.spanProcessors) > 0 || o.sdkTracer {
 		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
@@ -192,55 +210,64 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 		DisableQueryTracing: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("temporal tracing interceptor: %w", err)
+		return fmt.Errorf("temporal tracing interceptor: %w", err)
 	}
+	return nil
+}
 
-	// Metrics.
+// setupMetrics sets the meter provider (the SDK's, installed globally,
+// with the Prometheus registry, the pushing reader and the options'
+// readers, when metrics are on; a no-op one otherwise) and the Temporal
+// SDK's metrics handler on it.
+func (t *Telemetry) setupMetrics(ctx context.Context, res *resource.Resource, o options, log *slog.Logger) error {
 	push, err := metricReader(ctx)
 	if err != nil {
 		_ = t.Shutdown(ctx)
-		return nil, err
+		return err
 	}
 	if push != nil {
 		o.readers = append(o.readers, push)
 		o.metricsOn = true
 		t.pushing = true
 	}
-	if o.metricsOn {
-		mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
-		if o.metricsAddr != "" {
-			t.registry = prometheus.NewRegistry()
-			t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			pe, err := otelprom.New(otelprom.WithRegisterer(t.registry))
-			if err != nil {
-				return nil, fmt.Errorf("prometheus exporter: %w", err)
-			}
-			mopts = append(mopts, sdkmetric.WithReader(pe))
-		}
-		for _, r := range o.readers {
-			mopts = append(mopts, sdkmetric.WithReader(r))
-		}
-		mp := sdkmetric.NewMeterProvider(mopts...)
-		otel.SetMeterProvider(mp)
-		t.MeterProvider = mp
-		t.shutdown = append(t.shutdown, mp.Shutdown)
-		t.MetricsHandler = temporalotel.NewMetricsHandler(temporalotel.MetricsHandlerOptions{
-			Meter:                mp.Meter("temporal-sdk-go"),
-			UseMonotonicCounters: true,
-			OnError:              func(err error) { log.Warn("temporal metrics", "err", err) },
-		})
-	} else {
+	if !o.metricsOn {
 		t.MeterProvider = metricnoop.NewMeterProvider()
+		return nil
 	}
-
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	if o.metricsAddr != "" {
-		if err := t.serve(o.metricsAddr, log); err != nil {
-			_ = t.Shutdown(ctx)
-			return nil, err
+		pe, err := t.prometheusReader()
+		if err != nil {
+			return err
 		}
+		mopts = append(mopts, sdkmetric.WithReader(pe))
 	}
-	log.Debug("telemetry", "service", serviceName, "exporting_traces", t.exporting, "pushing_metrics", t.pushing, "metrics_addr", t.metricsAddr)
-	return t, nil
+	for _, r := range o.readers {
+		mopts = append(mopts, sdkmetric.WithReader(r))
+	}
+	mp := sdkmetric.NewMeterProvider(mopts...)
+	otel.SetMeterProvider(mp)
+	t.MeterProvider = mp
+	t.shutdown = append(t.shutdown, mp.Shutdown)
+	t.MetricsHandler = temporalotel.NewMetricsHandler(temporalotel.MetricsHandlerOptions{
+		Meter:                mp.Meter("temporal-sdk-go"),
+		UseMonotonicCounters: true,
+		OnError:              func(err error) { log.Warn("temporal metrics", "err", err) },
+	})
+	return nil
+}
+
+// prometheusReader makes the registry /metrics serves, with the Go runtime
+// and process collectors, and the reader that exports the meter
+// provider's metrics into it.
+func (t *Telemetry) prometheusReader() (sdkmetric.Reader, error) {
+	t.registry = prometheus.NewRegistry()
+	t.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pe, err := otelprom.New(otelprom.WithRegisterer(t.registry))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	return pe, nil
 }
 
 // sdkDisabled reports OTEL_SDK_DISABLED=true: nothing is exported.

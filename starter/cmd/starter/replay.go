@@ -29,6 +29,40 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 //	starter replay -query "WorkflowType='Fanout' AND ExecutionStatus='Running'"
 //	starter replay -workflow-id fanout/webhook/e1            (latest run, from the cluster)
 func runReplay(ctx context.Context, args []string) error {
+	f, err := parseReplayFlags(args)
+	if err != nil {
+		return err
+	}
+	// Histories of workers that encrypt (FANOUT_CODEC_KEYS) replay with
+	// the same keys; histories in clear replay either way.
+	keys, err := config.LoadKeyring()
+	if err != nil {
+		return err
+	}
+	var opts []replay.Option
+	if keys != nil {
+		opts = append(opts, replay.WithDataConverter(keys.DataConverter()))
+	}
+	hs, err := f.load(ctx, opts)
+	if err != nil {
+		return err
+	}
+	return replayAndReport(ctx, opts, hs)
+}
+
+// replayFlags are the histories a replay is asked for: paths (the -file
+// patterns expanded), dirs, and executions of the cluster when fromCluster.
+type replayFlags struct {
+	paths, dirs []string
+	query       string
+	limit       int
+	wfID, runID string
+	fromCluster bool
+}
+
+// parseReplayFlags parses the replay command's flags, expands the -file
+// patterns and checks that the flags go together.
+func parseReplayFlags(args []string) (replayFlags, error) {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	var files, dirs multiFlag
 	fs.Var(&files, "file", "history exported with `temporal workflow show --output json` (repeatable; a glob pattern is expanded)")
@@ -43,80 +77,90 @@ rollout). Histories come from files exported with 'temporal workflow show --outp
 from the cluster (-query, -workflow-id: TEMPORAL_*). Encrypted histories replay with the codec keys.`,
 		Env: []cli.EnvGroup{cli.TemporalGroup()}}
 	if err := cli.Parse(fs, args, h, false); err != nil {
-		return err
+		return replayFlags{}, err
 	}
-	var paths []string
-	for _, f := range files {
-		m, err := filepath.Glob(f)
+	f := replayFlags{dirs: dirs, query: *query, limit: *limit, wfID: *wfID, runID: *runID}
+	for _, p := range files {
+		m, err := filepath.Glob(p)
 		if err != nil {
-			return fmt.Errorf("replay: -file %q: %w", f, err)
+			return replayFlags{}, fmt.Errorf("replay: -file %q: %w", p, err)
 		}
 		if len(m) == 0 {
-			return cli.Usagef("-file %q: no such file", f)
+			return replayFlags{}, cli.Usagef("-file %q: no such file", p)
 		}
-		paths = append(paths, m...)
+		f.paths = append(f.paths, m...)
 	}
-	fromCluster := *query != "" || (*wfID != "" && len(paths) == 0)
-	if len(paths) == 0 && len(dirs) == 0 && !fromCluster {
-		return cli.Usagef("give -file, -dir, -query or -workflow-id")
+	f.fromCluster = f.query != "" || (f.wfID != "" && len(f.paths) == 0)
+	if len(f.paths) == 0 && len(f.dirs) == 0 && !f.fromCluster {
+		return replayFlags{}, cli.Usagef("give -file, -dir, -query or -workflow-id")
 	}
-	if (*wfID != "" || *runID != "") && len(paths) > 1 {
-		return cli.Usagef("-workflow-id/-run-id go with a single -file")
+	if (f.wfID != "" || f.runID != "") && len(f.paths) > 1 {
+		return replayFlags{}, cli.Usagef("-workflow-id/-run-id go with a single -file")
 	}
-	if *runID != "" && *wfID == "" && len(paths) == 0 {
-		return cli.Usagef("-run-id needs -workflow-id")
+	if f.runID != "" && f.wfID == "" && len(f.paths) == 0 {
+		return replayFlags{}, cli.Usagef("-run-id needs -workflow-id")
 	}
+	return f, nil
+}
 
-	// Histories of workers that encrypt (FANOUT_CODEC_KEYS) replay with
-	// the same keys; histories in clear replay either way.
-	keys, err := config.LoadKeyring()
-	if err != nil {
-		return err
-	}
-	var opts []replay.Option
-	if keys != nil {
-		opts = append(opts, replay.WithDataConverter(keys.DataConverter()))
-	}
+// load reads the histories of the files, then of the directories, then
+// those fetched from the cluster.
+func (f replayFlags) load(ctx context.Context, opts []replay.Option) ([]replay.History, error) {
 	var hs []replay.History
-	for _, p := range paths {
-		h, err := replay.LoadFile(p, *wfID, *runID, opts...)
+	for _, p := range f.paths {
+		h, err := replay.LoadFile(p, f.wfID, f.runID, opts...)
 		if err != nil {
-			return fmt.Errorf("replay: %w", err)
+			return nil, fmt.Errorf("replay: %w", err)
 		}
 		hs = append(hs, h)
 	}
-	for _, d := range dirs {
+	for _, d := range f.dirs {
 		dh, err := replay.LoadDir(d, opts...)
 		if err != nil {
-			return fmt.Errorf("replay: %w", err)
+			return nil, fmt.Errorf("replay: %w", err)
 		}
 		hs = append(hs, dh...)
 	}
-	if fromCluster {
-		tc, err := config.DialTemporal(ctx, config.Logger("warn"))
-		if err != nil {
-			return err
-		}
-		defer tc.Close()
-		if *query != "" {
-			qh, err := replay.LoadQuery(ctx, tc, *query, *limit, opts...)
-			if err != nil {
-				return fmt.Errorf("replay: %w", err)
-			}
-			if len(qh) == 0 {
-				fmt.Printf("replay: no execution matches %q\n", *query)
-			}
-			hs = append(hs, qh...)
-		}
-		if *wfID != "" && len(paths) == 0 {
-			h, err := replay.LoadExecution(ctx, tc, *wfID, *runID, opts...)
-			if err != nil {
-				return fmt.Errorf("replay: %w", err)
-			}
-			hs = append(hs, h)
-		}
+	if !f.fromCluster {
+		return hs, nil
 	}
+	ch, err := f.loadFromCluster(ctx, opts)
+	return append(hs, ch...), err
+}
 
+// loadFromCluster fetches the executions -query selects, then the one
+// -workflow-id names (without -file).
+func (f replayFlags) loadFromCluster(ctx context.Context, opts []replay.Option) ([]replay.History, error) {
+	tc, err := config.DialTemporal(ctx, config.Logger("warn"))
+	if err != nil {
+		return nil, err
+	}
+	defer tc.Close()
+	var hs []replay.History
+	if f.query != "" {
+		qh, err := replay.LoadQuery(ctx, tc, f.query, f.limit, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		if len(qh) == 0 {
+			fmt.Printf("replay: no execution matches %q\n", f.query)
+		}
+		hs = append(hs, qh...)
+	}
+	if f.wfID != "" && len(f.paths) == 0 {
+		h, err := replay.LoadExecution(ctx, tc, f.wfID, f.runID, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("replay: %w", err)
+		}
+		hs = append(hs, h)
+	}
+	return hs, nil
+}
+
+// replayAndReport replays the histories and prints OK or the
+// non-determinism of each, then the totals; it fails when any history
+// fails or the replay stopped.
+func replayAndReport(ctx context.Context, opts []replay.Option, hs []replay.History) error {
 	results, rerr := replay.ReplayWith(ctx, replay.NewReplayer(opts...), nil, hs...)
 	failed := 0
 	for _, r := range results {
