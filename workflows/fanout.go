@@ -705,7 +705,6 @@ func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size i
 	}
 }
 
-// drain waits until at most limit batches are open.
 // window is how many batches the event keeps open at once (started and
 // not finished): Options.Window at most, fewer while its batches wait in
 // the delivery queue longer than they run (adaptWindow).
@@ -748,6 +747,7 @@ func (r *fanoutRun) adaptWindow(res DeliveryBatchResult) {
 	r.st.Window = min(w, r.st.Options.Window)
 }
 
+// drain waits until at most limit batches are open.
 func (r *fanoutRun) drain(limit int) {
 	for r.pending > limit {
 		r.sel.Select(r.ctx)
