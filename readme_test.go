@@ -1,4 +1,4 @@
-package config_test
+package fanout_test
 
 import (
 	"maps"
@@ -10,14 +10,21 @@ import (
 
 	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
+	"github.com/fanout/fanout/workers/webhook"
 )
 
+// settings are every configuration struct of the binaries: each stage's
+// settings, the connections and the codec server's.
+var settings = []any{workers.Config{}, webhook.Config{}, starter.Settings{}, starter.Kafka{},
+	config.RedisConn{}, config.Codec{}, codecserver.Config{}}
+
 // codeVars are the FANOUT_* variables fanout's code reads: the env tags of
-// every configuration struct (internal/config's and the codec server's)
-// and the names read outside them.
+// every configuration struct and the names read outside them.
 func codeVars() map[string]bool {
 	vars := map[string]bool{}
-	for _, e := range config.EnvVars(config.Worker{}, config.Bridge{}, config.Kafka{}, config.Redis{}, config.Codec{}, codecserver.Config{}) {
+	for _, e := range config.EnvVars(settings...) {
 		vars[e.Name] = true
 	}
 	for _, n := range config.FanoutEnvConstants {
@@ -71,7 +78,7 @@ func documented(sec string) (names, wildcards []string) {
 // production), and every FANOUT_* the README names anywhere is one the code
 // reads (or a wildcard that matches some).
 func TestREADMEConfigurationTables(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
