@@ -134,3 +134,104 @@ func TestREADMECheckFires(t *testing.T) {
 		t.Fatal("codeVars is wrong")
 	}
 }
+
+var backticked = regexp.MustCompile("`([^`]*)`")
+
+// documentedDefaults are the defaults of the section's tables that have a
+// "default" column, for the rows that name variables in their first
+// column: the backticked values of that cell, one a variable (`1s`, `1m`
+// for two variables), or "" when the cell of a single variable starts with
+// none (prose: unset, —, "an eighth of ...", "10 batches, at most
+// `20000`"); a row summing up several variables in prose is skipped.
+func documentedDefaults(sec string) map[string]string {
+	out := map[string]string{}
+	col, inTable := -1, false
+	for line := range strings.Lines(sec) {
+		if !strings.HasPrefix(line, "|") {
+			inTable = false
+			continue
+		}
+		cells := strings.Split(line, "|")
+		if !inTable { // the header row
+			inTable, col = true, -1
+			for i, c := range cells {
+				if strings.TrimSpace(c) == "default" {
+					col = i
+				}
+			}
+			continue
+		}
+		names := fanoutName.FindAllString(cells[1], -1)
+		if col < 0 || len(cells) <= col || len(names) == 0 || strings.HasSuffix(names[0], "*") {
+			continue
+		}
+		cell := strings.TrimSpace(cells[col])
+		var vals []string
+		if strings.HasPrefix(cell, "`") {
+			for _, m := range backticked.FindAllStringSubmatch(cell, -1) {
+				vals = append(vals, m[1])
+			}
+		}
+		for i, n := range names {
+			switch {
+			case len(vals) == len(names):
+				out[n] = vals[i]
+			case len(vals) == 0 && len(names) == 1:
+				out[n] = ""
+			case len(vals) == 0: // a summary row of several variables, detailed elsewhere
+			default:
+				out[n] = "?" + cell // one default for several variables: compared as a whole
+			}
+		}
+	}
+	return out
+}
+
+// sameDefault: the README's "0" and "false" are the zero value the code
+// lists as no default.
+func sameDefault(doc, code string) bool {
+	return doc == code || code == "" && (doc == "0" || doc == "false")
+}
+
+// TestREADMEDefaults: every default the README's Configuration tables give
+// is the default in the code (the one -h prints, from the stage's settings
+// and the constants they read), and a variable with a default in the code
+// has it in the README.
+func TestREADMEDefaults(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := documentedDefaults(configurationSection(t, string(b)))
+	if doc["FANOUT_QUEUES"] == "" || doc["FANOUT_MAX_ATTEMPTS"] == "" {
+		t.Fatalf("read no defaults from the README's tables: %v", doc)
+	}
+	for _, e := range config.EnvVars(settings...) {
+		d, ok := doc[e.Name]
+		if !ok {
+			continue // rows of several variables: TestREADMEConfigurationTables
+		}
+		if !sameDefault(d, e.Default) {
+			t.Errorf("README.md gives %s the default %q; the code's is %q", e.Name, d, e.Default)
+		}
+	}
+}
+
+// The defaults check fires on a documented default that is not the code's.
+func TestREADMEDefaultsCheckFires(t *testing.T) {
+	sec := "## Configuration\n\n| variable | used by | default | meaning |\n| --- | --- | --- | --- |\n" +
+		"| `FANOUT_MAX_ATTEMPTS` | worker | `5` | attempts |\n| `FANOUT_RETRY_INITIAL`, `FANOUT_RETRY_MAX` | worker | `1s`, `1m` | backoff |\n" +
+		"| `FANOUT_RECIPIENTS_URL` | worker | — | endpoint |\n"
+	doc := documentedDefaults(configurationSection(t, "# x\n"+sec+"## Next\n"))
+	want := map[string]string{"FANOUT_MAX_ATTEMPTS": "5", "FANOUT_RETRY_INITIAL": "1s", "FANOUT_RETRY_MAX": "1m", "FANOUT_RECIPIENTS_URL": ""}
+	if !maps.Equal(doc, want) {
+		t.Fatalf("documentedDefaults = %v, want %v", doc, want)
+	}
+	code := map[string]string{}
+	for _, e := range config.EnvVars(settings...) {
+		code[e.Name] = e.Default
+	}
+	if sameDefault(doc["FANOUT_MAX_ATTEMPTS"], code["FANOUT_MAX_ATTEMPTS"]) {
+		t.Errorf("a README default of 5 passes against the code's %q", code["FANOUT_MAX_ATTEMPTS"])
+	}
+}

@@ -73,7 +73,7 @@ type Settings struct {
 	// (deliver_at, delay, the reschedule update); further is dead-lettered
 	// (beyond_horizon). Default workflows.DefaultScheduleHorizon.
 	ScheduleHorizon time.Duration `env:"FANOUT_SCHEDULE_HORIZON"`
-	LogLevel        string        `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+	LogLevel        string        `env:"FANOUT_LOG_LEVEL"`
 	// MetricsAddr serves Prometheus metrics at http://<addr>/metrics when
 	// set (production: :9464); empty serves none.
 	MetricsAddr string `env:"FANOUT_METRICS_ADDR"`
@@ -85,6 +85,7 @@ func (s *Settings) SetDefaults() {
 	s.Group = DefaultConsumerGroup
 	s.EventTypes = []string{webhook.EventType} // the stock worker's type
 	s.ScheduleHorizon = workflows.DefaultScheduleHorizon
+	s.LogLevel = config.DefaultLogLevel
 }
 
 // MaxScheduleHorizon bounds FANOUT_SCHEDULE_HORIZON: a year, far beyond

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/activities/gate"
 	"github.com/fanout/fanout/activities/limits"
 	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/internal/config"
@@ -22,14 +23,15 @@ import (
 // serves have their own settings (webhook.Config for the stock type).
 type Config struct {
 	config.RedisConn
-	GateTTL time.Duration `env:"FANOUT_GATE_TTL" envDefault:"168h"`
+	GateTTL time.Duration `env:"FANOUT_GATE_TTL"`
 	config.KafkaSecurity
 	config.KafkaBrokers
 	DeliveriesDLQ string `env:"FANOUT_DELIVERIES_DLQ_TOPIC"`
 	// RetryInitial and RetryMax tune the delivery retries' backoff.
-	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL" envDefault:"1s"`
-	RetryMax     time.Duration `env:"FANOUT_RETRY_MAX" envDefault:"1m"`
-	// The low-priority brake (empty: DefaultLowPriorityBrake).
+	// (default: activities.DefaultBackoff's).
+	RetryInitial time.Duration `env:"FANOUT_RETRY_INITIAL"`
+	RetryMax     time.Duration `env:"FANOUT_RETRY_MAX"`
+	// The low-priority brake (default: DefaultLowPriorityBrake).
 	limits.BrakeSettings
 	// Queues the process serves: events and/or the priorities high, normal, low.
 	Queues []string `env:"FANOUT_QUEUES" envSeparator:","`
@@ -38,11 +40,11 @@ type Config struct {
 	// this process's events worker: its first workflow task skips
 	// Temporal's matching. Needs the events queue.
 	Bridge     bool `env:"FANOUT_BRIDGE"`
-	BatchSlots int  `env:"FANOUT_BATCH_SLOTS" envDefault:"8"`
+	BatchSlots int  `env:"FANOUT_BATCH_SLOTS"`
 	// LowPrioritySlots: batch slots of the low-priority queue (0: an eighth of FANOUT_BATCH_SLOTS, at least 1).
 	LowPrioritySlots int    `env:"FANOUT_BATCH_SLOTS_LOW"`
 	Dedup            bool   `env:"FANOUT_DEDUP" envDefault:"true"`
-	LogLevel         string `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+	LogLevel         string `env:"FANOUT_LOG_LEVEL"`
 	// PprofAddr serves net/http/pprof (e.g. 127.0.0.1:6060) when set: a
 	// loopback address only (profiles show memory, command lines and
 	// timings; reach them with kubectl port-forward or ssh).
@@ -54,8 +56,13 @@ type Config struct {
 
 // SetDefaults sets the defaults named in code (config.Load calls it).
 func (c *Config) SetDefaults() {
+	c.GateTTL = gate.DefaultTTL
 	c.DeliveriesDLQ = activities.DefaultDeliveriesDLQTopic
+	c.RetryInitial, c.RetryMax = activities.DefaultBackoff.Initial, activities.DefaultBackoff.Max
+	c.LowPriorityBrake = limits.FormatRate(DefaultLowPriorityBrake)
 	c.Queues = vocab.Queues()
+	c.BatchSlots = DefaultBatchSlots
+	c.LogLevel = config.DefaultLogLevel
 }
 
 // Kafka is the connection to the deliveries DLQ's Kafka.
@@ -121,7 +128,9 @@ func (c *Config) CheckType(o fanout.TypeOptions) error {
 // Backoff is the delivery retries' backoff: activities.DefaultBackoff with
 // FANOUT_RETRY_INITIAL and FANOUT_RETRY_MAX.
 func (c *Config) Backoff() activities.Backoff {
-	return activities.Backoff{Initial: c.RetryInitial, Max: c.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute}
+	b := activities.DefaultBackoff
+	b.Initial, b.Max = c.RetryInitial, c.RetryMax
+	return b
 }
 
 // DeliveriesInFlight is the most deliveries the process makes at once, for

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
+	"github.com/fanout/fanout/activities/gate"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/config/configtest"
 	"github.com/fanout/fanout/workers"
@@ -41,6 +43,15 @@ func TestConfigDefaults(t *testing.T) {
 		{"Dedup", w.Dedup, true},
 		{"LogLevel", w.LogLevel, "info"},
 		{"MetricsAddr", w.MetricsAddr, ""},
+		// One default per knob: the backoff's, the brake's and the gate's
+		// are the constants the pool uses without configuration.
+		{"Backoff()", w.Backoff(), activities.DefaultBackoff},
+		{"LowPriorityBrake", w.LowPriorityBrake, "1000/s"},
+		{"GateTTL", w.GateTTL, gate.DefaultTTL},
+		{"BatchSlots", w.BatchSlots, workers.DefaultBatchSlots},
+	}
+	if r, err := w.LowPriorityBrakeRate(); err != nil || r != workers.DefaultLowPriorityBrake {
+		t.Errorf("LowPriorityBrakeRate() = %v, %v; want DefaultLowPriorityBrake", r, err)
 	}
 	for _, c := range cases {
 		if !reflect.DeepEqual(c.got, c.want) {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/fanout/fanout"
 )
 
 // DestinationSettings are an event type's flow control per destination
@@ -17,9 +19,15 @@ type DestinationSettings struct {
 	// limits` overrides it at run time).
 	DestinationRate float64 `env:"FANOUT_DESTINATION_RATE"`
 	// BreakerFailures: calls in a row that fail before a host's breaker
-	// opens (0: 5; -1: no breaker); BreakerCooldown: how long it stays open (0: 30s).
+	// opens (0: fanout.DefaultBreakerFailures; -1: no breaker); BreakerCooldown: how long it stays open (0: fanout.DefaultBreakerCooldown).
 	BreakerFailures int           `env:"FANOUT_BREAKER_FAILURES"`
 	BreakerCooldown time.Duration `env:"FANOUT_BREAKER_COOLDOWN"`
+}
+
+// SetDefaults sets the breaker's defaults, fanout's (the struct that
+// embeds d calls it).
+func (d *DestinationSettings) SetDefaults() {
+	d.BreakerFailures, d.BreakerCooldown = fanout.DefaultBreakerFailures, fanout.DefaultBreakerCooldown
 }
 
 // Check checks the rate's upper bound (fanout.TypeOptions.Validate checks

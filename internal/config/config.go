@@ -89,6 +89,9 @@ func (c RedisConn) Check() error {
 	return err
 }
 
+// DefaultLogLevel is FANOUT_LOG_LEVEL's default, every process's.
+const DefaultLogLevel = "info"
+
 // ParseLevel parses a slog level name.
 func ParseLevel(s string) (slog.Level, error) {
 	var l slog.Level

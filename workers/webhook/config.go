@@ -16,7 +16,8 @@ import (
 // and its Handler's endpoint, signing and outbound policy (Handler).
 // config.Load reads it.
 type Config struct {
-	// The type's options (0: fanout's defaults).
+	// The type's options; their defaults are fanout's (SetDefaults), and
+	// 0 is fanout's default too.
 	BatchSize          int `env:"FANOUT_BATCH_SIZE"`
 	PageSize           int `env:"FANOUT_PAGE_SIZE"`
 	Window             int `env:"FANOUT_WINDOW"`
@@ -33,7 +34,7 @@ type Config struct {
 	// default) or at-most-once (needs the worker's FANOUT_DEDUP=true).
 	Semantics fanout.Semantics `env:"FANOUT_SEMANTICS"`
 	// MaxAttempts: delivery attempts per recipient.
-	MaxAttempts int `env:"FANOUT_MAX_ATTEMPTS" envDefault:"8"`
+	MaxAttempts int `env:"FANOUT_MAX_ATTEMPTS"`
 	// The type's flow control per destination: rate and breaker.
 	limits.DestinationSettings
 
@@ -53,7 +54,16 @@ type Config struct {
 	// otherwise internal; empty: public addresses only.
 	OutboundAllow string `env:"FANOUT_OUTBOUND_ALLOW"`
 	// HTTPTimeout bounds a delivery request: the type's CallTimeout.
-	HTTPTimeout time.Duration `env:"FANOUT_HTTP_TIMEOUT" envDefault:"10s"`
+	HTTPTimeout time.Duration `env:"FANOUT_HTTP_TIMEOUT"`
+}
+
+// SetDefaults sets the type options' defaults, fanout's, so -h and the
+// README show the values the type gets (config.Load calls it).
+func (c *Config) SetDefaults() {
+	c.BatchSize, c.Window = fanout.DefaultBatchSize, fanout.DefaultWindow
+	c.DeliverConcurrency, c.LocalDeliveryMax = fanout.DefaultDeliverConcurrency, fanout.DefaultLocalDeliveryMax
+	c.Semantics, c.MaxAttempts, c.HTTPTimeout = fanout.AtLeastOnce, fanout.DefaultMaxAttempts, fanout.DefaultCallTimeout
+	c.DestinationSettings.SetDefaults()
 }
 
 // Validate checks the settings, naming the variable (config.Load calls it).

@@ -32,6 +32,15 @@ func TestConfigDefaults(t *testing.T) {
 	if got := c.TypeOptions().CallTimeout; got != c.HTTPTimeout {
 		t.Errorf("TypeOptions().CallTimeout = %v, want %v", got, c.HTTPTimeout)
 	}
+	// One default per knob: the stock type's options are fanout's
+	// defaults, so a handler registered with zero options gets the same.
+	if got, want := c.TypeOptions(), c.TypeOptions().WithDefaults(); got.MaxAttempts != want.MaxAttempts ||
+		got.BatchSize != want.BatchSize || got.Window != want.Window || got.DeliverConcurrency != want.DeliverConcurrency ||
+		got.CallTimeout != want.CallTimeout || got.LocalDeliveryMax != fanout.DefaultLocalDeliveryMax ||
+		got.BreakerFailures != fanout.DefaultBreakerFailures || got.BreakerCooldown != fanout.DefaultBreakerCooldown ||
+		got.Semantics != fanout.AtLeastOnce {
+		t.Errorf("TypeOptions() = %+v; want fanout's defaults %+v", got, want)
+	}
 	if c.RecipientsURL != "" || c.Handler(64).Signer != nil {
 		t.Errorf("RecipientsURL %q, a signer without secrets", c.RecipientsURL)
 	}
