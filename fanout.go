@@ -279,9 +279,10 @@ const (
 	DefaultBatchSize          = 1000
 	DefaultWindow             = 50
 	DefaultDeliverConcurrency = 64
-	DefaultMaxAttempts        = 5
-	DefaultDeliverTimeout     = 5 * time.Minute
-	DefaultCallTimeout        = 10 * time.Second
+	// DefaultMaxAttempts is also the stock worker's (FANOUT_MAX_ATTEMPTS).
+	DefaultMaxAttempts    = 8
+	DefaultDeliverTimeout = 5 * time.Minute
+	DefaultCallTimeout    = 10 * time.Second
 	// CallSlack is what a batch needs beyond its longest call to mark it,
 	// heartbeat and return (see CallTimeout).
 	CallSlack               = 5 * time.Second

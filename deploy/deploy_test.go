@@ -39,11 +39,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/caarlos0/env/v11"
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
+	"github.com/fanout/fanout/workers/webhook"
 	"github.com/fanout/fanout/workflows/vocab"
 )
 
@@ -53,7 +55,6 @@ const (
 	k8sDir      = "k8s"
 	composeFile = "compose.yaml"
 	dockerfile  = "Dockerfile"
-	configDir   = "../internal/config"
 	// examplesDir holds examples the kustomization does not apply (the
 	// Secret); the checks resolve references against them.
 	examplesDir = "k8s/examples"
@@ -591,15 +592,26 @@ func composeBuild(s composeService) (context, file string, err error) {
 // ---------------------------------------------------------------------------
 // What the code says.
 
+// configDirs hold the configuration structs: the connections and loading
+// (internal/config) and each stage's settings.
+var configDirs = []string{"../internal/config", "../starter", "../workers", "../workers/webhook", "../activities/limits"}
+
+// configDir names them in messages.
+var configDir = strings.Join(configDirs, ", ")
+
 // fanoutEnvNames returns the FANOUT_* variables the processes read: every
-// `env:"..."` tag of the structs in internal/config, and the string
-// constants there that are exactly a variable's name (variables read
-// directly, such as FANOUT_TEMPORAL_API_KEY_FILE).
+// `env:"..."` tag of the structs in configDirs, and the string constants
+// there that are exactly a variable's name (variables read directly, such
+// as FANOUT_TEMPORAL_API_KEY_FILE).
 func fanoutEnvNames(t *testing.T) map[string]bool {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(configDir, "*.go"))
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, dir := range configDirs {
+		fs, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, fs...)
 	}
 	nameOnly := regexp.MustCompile(`^FANOUT_[A-Z0-9_]+$`)
 	names := map[string]bool{}
@@ -1062,21 +1074,20 @@ func (m mapLookup) Environ() []string {
 func (m mapLookup) LookupEnv(k string) (string, bool) { v, ok := m[k]; return v, ok }
 
 // validateConfig loads the environment the way the process does at start-up
-// (config.Load = env parsing + Validate, and envconfig for TEMPORAL_*), so a
+// (config.LoadFrom = defaults, env parsing and Validate, and envconfig for TEMPORAL_*), so a
 // manifest that would make the process exit fails here.
 func validateConfig(role string, envm map[string]string) error {
 	var err error
 	switch role {
 	case "worker":
-		var c config.Worker
-		if err = env.ParseWithOptions(&c, env.Options{Environment: envm}); err == nil {
-			err = c.Validate()
+		var pool workers.Config
+		var hook webhook.Config
+		if err = config.LoadFrom(envm, &pool, &hook); err == nil {
+			err = pool.CheckType(hook.TypeOptions())
 		}
 	case "bridge":
-		var c config.Bridge
-		if err = env.ParseWithOptions(&c, env.Options{Environment: envm}); err == nil {
-			err = c.Validate()
-		}
+		var s starter.Settings
+		err = config.LoadFrom(envm, &s)
 	}
 	if err != nil {
 		return fmt.Errorf("fanout configuration: %w", err)

@@ -1,12 +1,9 @@
 package workers
 
 import (
-	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/codec"
 )
 
@@ -34,35 +31,14 @@ func ParseKeys(keys string) (*Keyring, error) {
 // (a transport error may name an address); nil changes nothing. Apply it to
 // the client.Options of every client and worker that reads fanout's
 // workflows, the starters and redrives included.
-func WithEncryption(k *Keyring) func(*client.Options) {
-	return func(o *client.Options) {
-		if k == nil {
-			return
-		}
-		o.DataConverter = k.DataConverter()
-		o.FailureConverter = encryptingFailureConverter(o.DataConverter)
-	}
-}
+func WithEncryption(k *Keyring) func(*client.Options) { return codec.WithEncryption(k) }
 
-// encryptingFailureConverter converts errors to failures whose message and
-// stack trace are encoded with dc (encrypted, with a keyring's converter),
-// and back. It decodes a copy of each failure: the SDK's default converter
-// decodes in place, and the Go SDK (v1.51) decodes a local activity's
-// failure while it is still the failure of the marker it records, so
-// without the copy every local activity's error message (Prepare, the first
-// recipients page, a small event's delivery) went to the history in clear
-// next to its encrypted copy.
-func encryptingFailureConverter(dc converter.DataConverter) converter.FailureConverter {
-	return copyingFailureConverter{temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
-		DataConverter: dc, EncodeCommonAttributes: true,
-	})}
-}
-
-type copyingFailureConverter struct{ converter.FailureConverter }
-
-func (c copyingFailureConverter) FailureToError(f *failurepb.Failure) error {
-	if f == nil {
+// Sealer is k as the activities' and dead letters' Sealer (Options.Sealer,
+// activities.DeadLetterWriter.WithSealer): nil, all in clear, when k is
+// nil, never a typed nil.
+func Sealer(k *Keyring) activities.Sealer {
+	if k == nil {
 		return nil
 	}
-	return c.FailureConverter.FailureToError(proto.Clone(f).(*failurepb.Failure))
+	return k
 }

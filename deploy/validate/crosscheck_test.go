@@ -40,7 +40,6 @@ import (
 // Paths of the code the checks read, from this module's directory.
 const (
 	repoRoot      = "../.."
-	configDir     = "../../internal/config"
 	vocabFile     = "../../workflows/vocab/vocab.go"
 	fanoutFile    = "../../fanout.go"
 	secretExample = "../k8s/examples/secret.yaml"
@@ -98,12 +97,23 @@ func queueNames(t *testing.T) map[string]string {
 	return out
 }
 
+// configDirs hold the configuration structs: the connections and loading
+// (internal/config) and each stage's settings.
+var configDirs = []string{"../../internal/config", "../../starter", "../../workers", "../../workers/webhook", "../../activities/limits"}
+
+// configDir names them in messages.
+var configDir = strings.Join(configDirs, ", ")
+
 // fanoutEnvNames returns the FANOUT_* variables the processes read: every
-// `env:"..."` tag in internal/config and its string constants that are a
+// `env:"..."` tag in configDirs and its string constants that are a
 // variable's name (read directly, such as FANOUT_TEMPORAL_API_KEY_FILE).
 func fanoutEnvNames(t *testing.T) map[string]bool {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(configDir, "*.go"))
+	var files []string
+	for _, dir := range configDirs {
+		fs, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		files = append(files, fs...)
+	}
 	nameOnly := regexp.MustCompile(`^FANOUT_[A-Z0-9_]+$`)
 	names := map[string]bool{}
 	for _, file := range files {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
 )
 
 func TestParseAndCode(t *testing.T) {
@@ -38,7 +40,7 @@ func TestParseAndCode(t *testing.T) {
 // setDefaults) from the tags, embedded structs included, each name once.
 func TestEnvVars(t *testing.T) {
 	got := map[string]config.EnvVar{}
-	for _, e := range config.EnvVars(config.Bridge{}, config.Worker{}) {
+	for _, e := range config.EnvVars(starter.Settings{}, workers.Config{}) {
 		if _, dup := got[e.Name]; dup {
 			t.Fatalf("%s listed twice", e.Name)
 		}

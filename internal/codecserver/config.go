@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/fanout/fanout/internal/config"
 )
 
 // Config is the codec server's environment (read with config.Load). The
@@ -24,11 +26,15 @@ type Config struct {
 	// 127.0.0.0/8, ::1): any other Host header is refused, so a page on a
 	// DNS name rebound to 127.0.0.1 cannot read decrypted payloads.
 	HostsAllowed []string `env:"FANOUT_CODEC_HOSTS" envSeparator:","`
-	LogLevel     string   `env:"FANOUT_LOG_LEVEL" envDefault:"info"`
+	LogLevel     string   `env:"FANOUT_LOG_LEVEL"`
 }
 
 // maxTokenFileBytes bounds the token file: a token file is small.
 const maxTokenFileBytes = 64 << 10
+
+// SetDefaults sets the log level's default, every process's (config.Load
+// calls it).
+func (c *Config) SetDefaults() { c.LogLevel = config.DefaultLogLevel }
 
 // Validate checks the variables; it reads the token file, and names the
 // variable at fault, never a token.

@@ -2,15 +2,14 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/caarlos0/env/v11"
 	"go.temporal.io/sdk/client"
 
-	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/codec"
-	"github.com/fanout/fanout/workers"
 )
 
 // Codec configures encryption (internal/codec) of Temporal payloads, staged
@@ -46,9 +45,9 @@ func (c Codec) Keyring() (*codec.Keyring, error) {
 		keys = ks
 	}
 	if c.KeysFile != "" {
-		// A file of only comments holds no key either: readSecretFile
+		// A file of only comments holds no key either: ReadSecretFile
 		// refuses an empty one, ParseKeyFile returns none for comments.
-		text, err := readSecretFile("FANOUT_CODEC_KEYS_FILE", c.KeysFile)
+		text, err := ReadSecretFile("FANOUT_CODEC_KEYS_FILE", c.KeysFile)
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +92,7 @@ func (c Codec) Keyring() (*codec.Keyring, error) {
 func LoadKeyring() (*codec.Keyring, error) {
 	var c Codec
 	if err := env.Parse(&c); err != nil {
-		return nil, fmt.Errorf("config: %w", nameVars[Codec](err))
+		return nil, fmt.Errorf("config: %w", nameVars(reflect.TypeFor[Codec](), err))
 	}
 	k, err := c.Keyring()
 	if err != nil {
@@ -106,13 +105,4 @@ func LoadKeyring() (*codec.Keyring, error) {
 // with k, and failures' messages and stack traces too (workers.WithEncryption);
 // nil changes nothing. DialTemporal applies it with the keyring of the
 // environment.
-func WithKeyring(k *codec.Keyring) func(*client.Options) { return workers.WithEncryption(k) }
-
-// Sealer is k as the activities' and dead letters' Sealer: nil (all in
-// clear) when k is nil, never a typed nil.
-func Sealer(k *codec.Keyring) activities.Sealer {
-	if k == nil {
-		return nil
-	}
-	return k
-}
+func WithKeyring(k *codec.Keyring) func(*client.Options) { return codec.WithEncryption(k) }

@@ -18,12 +18,25 @@ type EnvVar struct {
 	Default string
 }
 
+// Defaulter is a configuration struct whose defaults are named elsewhere
+// than in its `envDefault` tags: a stage's constants (topics, queues, the
+// type options' defaults), so each default is written once, where the stage
+// that uses it lives. Load calls SetDefaults before reading the environment
+// and EnvVars before listing the variables, so -h and the README test show
+// the same default the code applies. A struct calls SetDefaults of the
+// structs it embeds itself.
+type Defaulter interface{ SetDefaults() }
+
+// Validator is a configuration struct that checks itself after the
+// environment is read (Load calls Validate); its errors name the variable.
+type Validator interface{ Validate() error }
+
 // EnvVars lists the variables the configuration structs cfgs (values or
-// pointers, e.g. Worker{}, &codecserver.Config{}) read, from their `env`
-// tags, embedded structs followed, in field order, each name once. Defaults
-// come from `envDefault` tags and from the defaults Load sets before reading
-// the environment (topics, consumer group, queues). The commands' -h
-// output and the README test read them, so neither can go stale.
+// pointers, e.g. workers.Config{}, &codecserver.Config{}) read, from their
+// `env` tags, embedded structs followed, in field order, each name once.
+// Defaults come from `envDefault` tags and from SetDefaults (Defaulter).
+// The commands' -h output and the README test read them, so neither can go
+// stale.
 func EnvVars(cfgs ...any) []EnvVar {
 	var out []EnvVar
 	seen := map[string]bool{}
@@ -33,8 +46,8 @@ func EnvVars(cfgs ...any) []EnvVar {
 			t = t.Elem()
 		}
 		v := reflect.New(t)
-		if d, ok := v.Interface().(interface{ setDefaults() }); ok {
-			d.setDefaults()
+		if d, ok := v.Interface().(Defaulter); ok {
+			d.SetDefaults()
 		}
 		collectEnvVars(v.Elem(), &out, seen)
 	}
@@ -65,11 +78,29 @@ func collectEnvVars(v reflect.Value, out *[]EnvVar, seen map[string]bool) {
 				}
 				e.Default = strings.Join(parts, ",")
 			} else {
-				e.Default = fmt.Sprint(fv.Interface())
+				e.Default = FormatValue(fv.Interface())
 			}
 		}
 		*out = append(*out, e)
 	}
+}
+
+// FormatValue is a default as a variable would be set to it: durations
+// without their zero units (168h, not 168h0m0s; 1m, 200ms), the rest as
+// fmt prints them.
+func FormatValue(v any) string {
+	d, ok := v.(time.Duration)
+	if !ok {
+		return fmt.Sprint(v)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func envKind(t reflect.Type) string {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package config
+package config_test
 
 import (
 	"bytes"
@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/dev/stack"
 )
 
 // TestCheckEvictionRealRedis: against a real redis-server started with each
-// maxmemory-policy, CheckEviction refuses every policy that can evict
+// maxmemory-policy, config.CheckEviction refuses every policy that can evict
 // fanout's keys, naming FANOUT_REDIS_ACCEPT_EVICTION, unless accepted (then
 // it warns), and lets noeviction through; with CONFIG renamed away (managed
 // Redis) it reads INFO memory; when neither is allowed it warns and goes on.
@@ -23,13 +24,13 @@ func TestCheckEvictionRealRedis(t *testing.T) {
 	defer cancel()
 	check := func(t *testing.T, url string, accept bool) (error, string) {
 		t.Helper()
-		rdb, err := RedisClient(RedisConn{URL: url})
+		rdb, err := config.RedisClient(config.RedisConn{URL: url})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
 		var logs bytes.Buffer
-		err = CheckEviction(ctx, rdb, RedisConn{URL: url, AcceptEviction: accept}, slog.New(slog.NewTextHandler(&logs, nil)))
+		err = config.CheckEviction(ctx, rdb, config.RedisConn{URL: url, AcceptEviction: accept}, slog.New(slog.NewTextHandler(&logs, nil)))
 		return err, logs.String()
 	}
 	policies := []string{"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random"}

@@ -62,14 +62,10 @@ const (
 
 // KafkaConn is the connection to the brokers of FANOUT_KAFKA_BROKERS with
 // the configured TLS and SASL (validated: Load fails on the same error).
-func (k Kafka) KafkaConn() (kafkatopic.Conn, error) { return k.KafkaSecurity.conn(k.Brokers) }
+func (k Kafka) KafkaConn() (kafkatopic.Conn, error) { return k.KafkaSecurity.Conn(k.Brokers) }
 
-// KafkaConn is the connection to the brokers of FANOUT_KAFKA_BROKERS with
-// the configured TLS and SASL (validated: Load fails on the same error).
-func (w Worker) KafkaConn() (kafkatopic.Conn, error) { return w.KafkaSecurity.conn(w.Brokers) }
-
-// conn builds the connection to brokers, reading the files it names.
-func (s KafkaSecurity) conn(brokers []string) (kafkatopic.Conn, error) {
+// Conn builds the connection to brokers, reading the files it names.
+func (s KafkaSecurity) Conn(brokers []string) (kafkatopic.Conn, error) {
 	c := kafkatopic.Conn{Brokers: brokers}
 	var err error
 	if c.TLS, err = s.tlsConfig(); err != nil {
@@ -199,7 +195,7 @@ func (s KafkaSecurity) password() (string, string, error) {
 	case s.KafkaSASLPassword != "":
 		return s.KafkaSASLPassword, "FANOUT_KAFKA_SASL_PASSWORD", nil
 	case s.KafkaSASLPasswordFile != "":
-		p, err := readSecretFile("FANOUT_KAFKA_SASL_PASSWORD_FILE", s.KafkaSASLPasswordFile)
+		p, err := ReadSecretFile("FANOUT_KAFKA_SASL_PASSWORD_FILE", s.KafkaSASLPasswordFile)
 		if err != nil {
 			return "", "", err
 		}

@@ -66,12 +66,6 @@ func RedisClient(c RedisConn) (redis.UniversalClient, error) {
 	}
 }
 
-// validate checks c as start-up does: the URL, the mode and the files.
-func (c RedisConn) validate() error {
-	_, err := c.setup()
-	return err
-}
-
 // setup parses and checks c, reading the password and CA files.
 //
 // FANOUT_REDIS_URL is redis[s]://[user[:password]@]host[:port][,host[:port]...][/db][?option=value...]:
@@ -146,13 +140,13 @@ func (c RedisConn) setup() (redisSetup, error) {
 	user := u.User.Username()
 	password, _ := u.User.Password()
 	if c.PasswordFile != "" {
-		if password, err = readSecretFile("FANOUT_REDIS_PASSWORD_FILE", c.PasswordFile); err != nil {
+		if password, err = ReadSecretFile("FANOUT_REDIS_PASSWORD_FILE", c.PasswordFile); err != nil {
 			return redisSetup{}, err
 		}
 	}
 	var sentinelPassword string
 	if c.SentinelPasswordFile != "" {
-		if sentinelPassword, err = readSecretFile("FANOUT_REDIS_SENTINEL_PASSWORD_FILE", c.SentinelPasswordFile); err != nil {
+		if sentinelPassword, err = ReadSecretFile("FANOUT_REDIS_SENTINEL_PASSWORD_FILE", c.SentinelPasswordFile); err != nil {
 			return redisSetup{}, err
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package config
+package config_test
 
 import (
 	"context"
@@ -13,12 +13,15 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/dev/stack"
 )
 
@@ -41,7 +44,7 @@ func TestRedisClientCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rdb, err := RedisClient(RedisConn{URL: "redis://app:wrong@" + addrs[0], Mode: "cluster",
+	rdb, err := config.RedisClient(config.RedisConn{URL: "redis://app:wrong@" + addrs[0], Mode: "cluster",
 		PasswordFile: writeFile(t, "pw", "app-pw\n")})
 	if err != nil {
 		t.Fatal(err)
@@ -91,11 +94,11 @@ func TestRedisClientSentinel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	conn := RedisConn{URL: "redis://" + sentinel + "/0", MasterName: "fanout-primary"}
-	if s, err := conn.setup(); err != nil || s.mode != RedisSentinel {
-		t.Fatalf("setup: mode %q, %v; want sentinel", s.mode, err)
+	conn := config.RedisConn{URL: "redis://" + sentinel + "/0", MasterName: "fanout-primary"}
+	if mode, err := config.RedisMode(conn); err != nil || mode != config.RedisSentinel {
+		t.Fatalf("setup: mode %q, %v; want sentinel", mode, err)
 	}
-	rdb, err := RedisClient(conn)
+	rdb, err := config.RedisClient(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +132,7 @@ func TestRedisClientTLS(t *testing.T) {
 	}
 	t.Cleanup(stop)
 
-	rdb, err := RedisClient(RedisConn{URL: "rediss://app:app-pw@" + addr + "/0", TLSCAFile: caFile})
+	rdb, err := config.RedisClient(config.RedisConn{URL: "rediss://app:app-pw@" + addr + "/0", TLSCAFile: caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +141,7 @@ func TestRedisClientTLS(t *testing.T) {
 		t.Errorf("ACL WHOAMI over TLS: %q, %v; want app", who, err)
 	}
 
-	untrusted, err := RedisClient(RedisConn{URL: "rediss://app:app-pw@" + addr + "/0?max_retries=-1"})
+	untrusted, err := config.RedisClient(config.RedisConn{URL: "rediss://app:app-pw@" + addr + "/0?max_retries=-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,4 +188,15 @@ func testServerCert(t *testing.T) (caPEM, certPEM, keyPEM string) {
 	}
 	enc := func(typ string, b []byte) string { return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b})) }
 	return enc("CERTIFICATE", caDER), enc("CERTIFICATE", der), enc("EC PRIVATE KEY", keyDER)
+}
+
+// writeFile writes content to a file named name in a temporary directory
+// and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -195,7 +195,7 @@ func TestRedisSetupRefuses(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for _, try := range []func() error{
-				c.conn.validate,
+				c.conn.Check,
 				func() error { _, err := RedisClient(c.conn); return err },
 			} {
 				err := try()

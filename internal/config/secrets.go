@@ -10,10 +10,10 @@ import (
 // short; a larger file is a wrong path (a log, a binary), not a secret.
 const maxSecretFileBytes = 64 << 10
 
-// readSecretFile reads the secret file named by the variable name (a
+// ReadSecretFile reads the secret file named by the variable name (a
 // Kubernetes Secret mounted as a file), trimmed of surrounding white space.
 // Its errors name the variable and the path, never the content.
-func readSecretFile(name, path string) (string, error) {
+func ReadSecretFile(name, path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
@@ -35,8 +35,8 @@ func readSecretFile(name, path string) (string, error) {
 	return s, nil
 }
 
-// secretList splits a list of secrets given one per line or comma-separated.
-func secretList(s string) []string {
+// SecretList splits a list of secrets given one per line or comma-separated.
+func SecretList(s string) []string {
 	var out []string
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == ',' || r == '\r' }) {
 		if f = strings.TrimSpace(f); f != "" {

@@ -63,7 +63,7 @@ func (k *fileKey) get(context.Context) (string, error) {
 	if err == nil && k.key != "" && fi.ModTime().Equal(k.mtime) && fi.Size() == k.size {
 		return k.key, nil
 	}
-	key, err := readSecretFile(TemporalAPIKeyFileVar, k.path)
+	key, err := ReadSecretFile(TemporalAPIKeyFileVar, k.path)
 	if err != nil {
 		if k.key != "" {
 			return k.key, nil // keep the last good key while the file is swapped

@@ -32,6 +32,7 @@ import (
 	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/internal/kafkatopic/kafkatest"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
 )
 
 // The users of the secured broker, one per SASL mechanism fanout supports.
@@ -191,11 +192,11 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 	for _, u := range secureUsers {
 		t.Run(u.mech, func(t *testing.T) {
 			secureEnv(t, addr, pki, u.mech, u.user, u.pass)
-			var bcfg config.Bridge
+			var bcfg starter.Settings
 			if err := config.Load(&bcfg); err != nil {
 				t.Fatal(err)
 			}
-			var wcfg config.Worker
+			var wcfg workers.Config
 			if err := config.Load(&wcfg); err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +223,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			// TLS and SASL. A bad record needs no Temporal.
 			runBridge := func(want int64) {
 				t.Helper()
-				sc, err := bcfg.StarterConfig(nil, slog.New(slog.DiscardHandler), nil)
+				sc, err := bcfg.Config(nil, slog.New(slog.DiscardHandler), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -262,7 +263,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			}
 
 			// The worker's deliveries DLQ writer, read back with ReadAll.
-			wkc, err := wcfg.KafkaConn()
+			wkc, err := wcfg.Kafka().KafkaConn()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,7 +326,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 	good := func(t *testing.T) kafkatopic.Conn {
 		t.Helper()
 		secureEnv(t, addr, pki, u.mech, u.user, u.pass)
-		var cfg config.Kafka
+		var cfg starter.Kafka
 		if err := config.Load(&cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -361,7 +362,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 	t.Run("wrong password", func(t *testing.T) {
 		const wrong = "not-the-password-7Hc"
 		secureEnv(t, addr, pki, u.mech, u.user, wrong)
-		var cfg config.Kafka
+		var cfg starter.Kafka
 		if err := config.Load(&cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -421,7 +422,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 	t.Run("a server name the certificate does not carry", func(t *testing.T) {
 		secureEnv(t, addr, pki, u.mech, u.user, u.pass)
 		t.Setenv("FANOUT_KAFKA_TLS_SERVER_NAME", "kafka.example.com")
-		var cfg config.Kafka
+		var cfg starter.Kafka
 		if err := config.Load(&cfg); err != nil {
 			t.Fatal(err)
 		}

@@ -39,6 +39,8 @@ import (
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
+	"github.com/fanout/fanout/workers/webhook"
 )
 
 func main() {
@@ -145,7 +147,7 @@ func bridgeHelp() cli.Help {
 starts one Fanout workflow per event on the events task queue; bad records go to the events
 DLQ with their reason. It runs until SIGINT or SIGTERM. (A worker with FANOUT_BRIDGE=true
 runs the same bridge in-process.)`,
-		Env:   []cli.EnvGroup{{Vars: config.EnvVars(config.Bridge{})}, cli.TemporalGroup()},
+		Env:   []cli.EnvGroup{{Vars: config.EnvVars(starter.Settings{})}, cli.TemporalGroup()},
 		Notes: []string{cli.OTelNote},
 	}
 }
@@ -154,7 +156,7 @@ func runBridge(ctx context.Context, args []string) error {
 	if err := cli.Parse(flag.NewFlagSet("bridge", flag.ContinueOnError), args, bridgeHelp(), false); err != nil {
 		return err
 	}
-	var cfg config.Bridge
+	var cfg starter.Settings
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}
@@ -177,7 +179,7 @@ func runBridge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer tc.Close()
-	bc, err := cfg.StarterConfig(rdb, log, nil)
+	bc, err := cfg.Config(rdb, log, nil)
 	if err != nil {
 		return err
 	}
@@ -198,7 +200,7 @@ func runPublish(ctx context.Context, args []string) error {
 	delay := fs.String("delay", "", "schedule the events this long after publishing (delay, a Go duration: 90s, 2h)")
 	h := cli.Help{Name: "starter publish", Args: "-id ID [flags]", Summary: `starter publish writes events ({"id","type","priority","payload"} envelopes) to the events
 topic, for demos and tests; producers write the same records with any Kafka client.`,
-		Env:   []cli.EnvGroup{{Vars: config.EnvVars(config.Kafka{})}},
+		Env:   []cli.EnvGroup{{Vars: config.EnvVars(starter.Kafka{})}},
 		Notes: []string{cli.OTelNote}}
 	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
@@ -226,7 +228,7 @@ topic, for demos and tests; producers write the same records with any Kafka clie
 			return cli.Usagef("-delay %q is not a non-negative Go duration such as 90s or 2h", *delay)
 		}
 	}
-	var cfg config.Kafka
+	var cfg starter.Kafka
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}
@@ -312,18 +314,23 @@ the matching letters are grouped by event and batch attempt and delivered again 
 workflows that present the original attempt id, so they pass the same gate (a recipient
 delivered meanwhile is skipped). Rerunning a -round is idempotent. -dry-run lists what would
 be redriven and starts nothing.`,
-		Env: []cli.EnvGroup{{Vars: config.EnvVars(config.Worker{})}, cli.TemporalGroup()}}
+		Env: []cli.EnvGroup{{Vars: config.EnvVars(workers.Config{}, webhook.Config{})}, cli.TemporalGroup()}}
 	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
 	}
 	if *rps <= 0 {
 		return cli.Usagef("-rate %v: want more than 0", *rps)
 	}
-	var cfg config.Worker
-	if err := config.Load(&cfg); err != nil {
+	// The worker's settings, loaded and checked as the worker does.
+	var cfg workers.Config
+	var hook webhook.Config
+	if err := config.Load(&cfg, &hook); err != nil {
 		return err
 	}
-	kc, err := cfg.KafkaConn()
+	if err := cfg.CheckType(hook.TypeOptions()); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	kc, err := cfg.Kafka().KafkaConn()
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -343,7 +350,7 @@ be redriven and starts nothing.`,
 	}
 	opts := starter.RedriveOptions{
 		Kafka: kc, Topic: cfg.DeliveriesDLQ, Filter: f, Rate: *rps, Round: *round, Wait: *wait,
-		Keys: config.Sealer(keys), DryRun: *dryRun, ProgressEvery: *every,
+		Keys: workers.Sealer(keys), DryRun: *dryRun, ProgressEvery: *every,
 	}
 	if *every > 0 {
 		opts.Progress = func(p starter.RedriveProgress) { printRedriveProgress(os.Stdout, p) }
@@ -377,14 +384,14 @@ func runRedriveEvents(ctx context.Context, args []string) error {
 the events topic after a fix (a type deployed, a producer corrected), with their key and
 headers; a record the DLQ holds cut is read back whole from the events topic. -dry-run
 counts them per reason and publishes nothing.`,
-		Env: []cli.EnvGroup{{Vars: config.EnvVars(config.Kafka{})}}}
+		Env: []cli.EnvGroup{{Vars: config.EnvVars(starter.Kafka{})}}}
 	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
 	}
 	if *rps <= 0 {
 		return cli.Usagef("-rate %v: want more than 0", *rps)
 	}
-	var cfg config.Kafka
+	var cfg starter.Kafka
 	if err := config.Load(&cfg); err != nil {
 		return err
 	}

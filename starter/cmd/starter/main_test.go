@@ -16,6 +16,9 @@ import (
 
 	"github.com/fanout/fanout/internal/codecserver"
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
+	"github.com/fanout/fanout/workers/webhook"
 )
 
 var bin string // the starter binary, built by TestMain
@@ -107,10 +110,10 @@ func run(t *testing.T, environ []string, args ...string) result {
 // The variables each subcommand's help must name: those of the
 // configuration structs it loads, read by reflection as the help is.
 var subEnv = map[string][]config.EnvVar{
-	"bridge":         config.EnvVars(config.Bridge{}, config.Codec{}),
-	"publish":        config.EnvVars(config.Kafka{}),
-	"redrive":        config.EnvVars(config.Worker{}, config.Codec{}),
-	"redrive-events": config.EnvVars(config.Kafka{}),
+	"bridge":         config.EnvVars(starter.Settings{}, config.Codec{}),
+	"publish":        config.EnvVars(starter.Kafka{}),
+	"redrive":        config.EnvVars(workers.Config{}, webhook.Config{}, config.Codec{}),
+	"redrive-events": config.EnvVars(starter.Kafka{}),
 	"replay":         append(config.EnvVars(config.Codec{}), config.TemporalEnv...),
 	"setup":          append(config.EnvVars(config.Codec{}, config.RedisConn{}), config.TemporalEnv...),
 	"codec-server":   config.EnvVars(codecserver.Config{}, config.Codec{}),

@@ -43,7 +43,7 @@ func main() {
 
 // help is `worker -h`: its variables come from the configuration structs.
 func help() cli.Help {
-	worker := append(config.EnvVars(config.Worker{}), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(defaultGCPercent)},
+	worker := append(config.EnvVars(workers.Config{}, webhook.Config{}), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(defaultGCPercent)},
 		config.EnvVar{Name: "GOMEMLIMIT", Kind: "string"})
 	return cli.Help{
 		Name: "worker", Args: "[-version]",
@@ -55,7 +55,7 @@ own events worker. It takes its configuration from the environment only and runs
 SIGINT or SIGTERM.`,
 		Env: []cli.EnvGroup{
 			{Vars: worker},
-			{Title: "the bridge, with FANOUT_BRIDGE=true", Vars: cli.Except(config.EnvVars(config.Bridge{}), worker)},
+			{Title: "the bridge, with FANOUT_BRIDGE=true", Vars: cli.Except(config.EnvVars(starter.Settings{}), worker)},
 			cli.TemporalGroup(),
 		},
 		Notes: []string{cli.OTelNote},
@@ -81,11 +81,16 @@ func parseArgs(args []string) error {
 }
 
 func run() error {
-	var cfg config.Worker
-	if err := config.Load(&cfg); err != nil {
+	// The worker pool's settings and the stock webhook type's.
+	var cfg workers.Config
+	var hook webhook.Config
+	if err := config.Load(&cfg, &hook); err != nil {
 		return err
 	}
-	var bcfg config.Bridge
+	if err := cfg.CheckType(hook.TypeOptions()); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	var bcfg starter.Settings
 	if cfg.Bridge {
 		if err := config.Load(&bcfg); err != nil {
 			return err
@@ -139,12 +144,12 @@ func run() error {
 
 	brake, _ := cfg.LowPriorityBrakeRate() // checked by Load
 	reg := fanout.NewRegistry()
-	reg.MustRegister(webhook.EventType, cfg.Webhook(), cfg.TypeOptions())
-	kc, err := cfg.KafkaConn()
+	reg.MustRegister(webhook.EventType, hook.Handler(cfg.DeliveriesInFlight(hook.DeliverConcurrency)), hook.TypeOptions())
+	kc, err := cfg.Kafka().KafkaConn()
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	dlw := activities.NewDeadLetterWriter(kc, cfg.DeliveriesDLQ).WithSealer(config.Sealer(keys))
+	dlw := activities.NewDeadLetterWriter(kc, cfg.DeliveriesDLQ).WithSealer(workers.Sealer(keys))
 	if err := kc.Check(ctx); err != nil {
 		log.Warn("cannot connect to Kafka as configured (FANOUT_KAFKA_*) yet; dead letters wait for it", "err", err)
 	}
@@ -152,7 +157,7 @@ func run() error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.Bridge {
-		bc, err := bcfg.StarterConfig(rdb, log, reg.Types())
+		bc, err := bcfg.Config(rdb, log, reg.Types())
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
@@ -171,10 +176,10 @@ func run() error {
 			LowPrioritySlots: cfg.LowPrioritySlots,
 			LowPriorityBrake: brake,
 			DeadLetters:      dlw,
-			Sealer:           config.Sealer(keys),
+			Sealer:           workers.Sealer(keys),
 			// FANOUT_DELIVER_CONCURRENCY is also this worker's own cap.
-			DeliverConcurrency: cfg.DeliverConcurrency,
-			Backoff:            activities.Backoff{Initial: cfg.RetryInitial, Max: cfg.RetryMax, Jitter: 0.5, MaxRetryAfter: 10 * time.Minute},
+			DeliverConcurrency: hook.DeliverConcurrency,
+			Backoff:            cfg.Backoff(),
 			Logger:             log,
 		})
 	})

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/internal/config"
+	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workers"
+	"github.com/fanout/fanout/workers/webhook"
 )
 
 var bin string // the worker binary, built by TestMain
@@ -91,7 +94,7 @@ func runWorker(t *testing.T, environ []string, args ...string) (code int, stdout
 // address points at; without -h it does connect there.
 func TestHelpStartsNothing(t *testing.T) {
 	addr, accepted := countingListener(t)
-	want := append(config.EnvVars(config.Worker{}, config.Bridge{}, config.Codec{}), config.TemporalEnv...)
+	want := append(config.EnvVars(workers.Config{}, webhook.Config{}, starter.Settings{}, config.Codec{}), config.TemporalEnv...)
 	for _, h := range []string{"-h", "-help", "--help"} {
 		code, out, errOut := runWorker(t, env(addr, "bogus"), h)
 		if code != 0 {

@@ -1,0 +1,154 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities/limits"
+	"github.com/fanout/fanout/internal/config"
+)
+
+// Config is the stock webhook type as the environment sets it (the worker
+// binary registers it under EventType): its fanout.TypeOptions (TypeOptions)
+// and its Handler's endpoint, signing and outbound policy (Handler).
+// config.Load reads it.
+type Config struct {
+	// The type's options; their defaults are fanout's (SetDefaults), and
+	// 0 is fanout's default too.
+	BatchSize          int `env:"FANOUT_BATCH_SIZE"`
+	PageSize           int `env:"FANOUT_PAGE_SIZE"`
+	Window             int `env:"FANOUT_WINDOW"`
+	DeliverConcurrency int `env:"FANOUT_DELIVER_CONCURRENCY"`
+	// LocalDeliveryMax: events of at most this many recipients are
+	// delivered by the events worker in their first workflow task (0:
+	// fanout's default, 100; -1: off).
+	LocalDeliveryMax int `env:"FANOUT_LOCAL_DELIVERY_MAX"`
+	// LargeBatchSize: batch size once an event has started a window of
+	// batches (0: the page size, one batch per page; -1: FANOUT_BATCH_SIZE;
+	// at most 20,000).
+	LargeBatchSize int `env:"FANOUT_LARGE_BATCH_SIZE"`
+	// Semantics is the type's delivery guarantee: at-least-once (the
+	// default) or at-most-once (needs the worker's FANOUT_DEDUP=true).
+	Semantics fanout.Semantics `env:"FANOUT_SEMANTICS"`
+	// MaxAttempts: delivery attempts per recipient.
+	MaxAttempts int `env:"FANOUT_MAX_ATTEMPTS"`
+	// The type's flow control per destination: rate and breaker.
+	limits.DestinationSettings
+
+	RecipientsURL string `env:"FANOUT_RECIPIENTS_URL"`
+	// RecipientsURLAllow: where an event's payload may point its
+	// recipients_url: entries scheme://host[:port][/path/], matched on the
+	// parsed URL (URLPrefix); empty: payloads cannot choose the endpoint.
+	RecipientsURLAllow []string `env:"FANOUT_RECIPIENTS_URL_ALLOW" envSeparator:","`
+	// WebhookSecrets: Standard Webhooks secrets ("whsec_..."); when set,
+	// the type signs every delivery with each of them.
+	WebhookSecrets []string `env:"FANOUT_WEBHOOK_SECRETS" envSeparator:","`
+	// WebhookSecretsFile: the same secrets from a file (a mounted Secret),
+	// one per line or comma-separated; not with FANOUT_WEBHOOK_SECRETS.
+	WebhookSecretsFile string `env:"FANOUT_WEBHOOK_SECRETS_FILE"`
+	// OutboundAllow: address ranges (CIDR or single addresses) the client
+	// may reach although they are loopback, private, link-local or
+	// otherwise internal; empty: public addresses only.
+	OutboundAllow string `env:"FANOUT_OUTBOUND_ALLOW"`
+	// HTTPTimeout bounds a delivery request: the type's CallTimeout.
+	HTTPTimeout time.Duration `env:"FANOUT_HTTP_TIMEOUT"`
+}
+
+// SetDefaults sets the type options' defaults, fanout's, so -h and the
+// README show the values the type gets (config.Load calls it).
+func (c *Config) SetDefaults() {
+	c.BatchSize, c.Window = fanout.DefaultBatchSize, fanout.DefaultWindow
+	c.DeliverConcurrency, c.LocalDeliveryMax = fanout.DefaultDeliverConcurrency, fanout.DefaultLocalDeliveryMax
+	c.Semantics, c.MaxAttempts, c.HTTPTimeout = fanout.AtLeastOnce, fanout.DefaultMaxAttempts, fanout.DefaultCallTimeout
+	c.DestinationSettings.SetDefaults()
+}
+
+// Validate checks the settings, naming the variable (config.Load calls it).
+func (c *Config) Validate() error {
+	if err := c.DestinationSettings.Check(); err != nil {
+		return err
+	}
+	if err := c.TypeOptions().Validate(); err != nil {
+		// TypeOptions name the field; say which variable set it.
+		return errors.New(typeOptionVars.Replace(err.Error()))
+	}
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", c.MaxAttempts)
+	}
+	if _, err := ParseAllow(c.OutboundAllow); err != nil {
+		return fmt.Errorf("FANOUT_OUTBOUND_ALLOW: %w", err)
+	}
+	if _, err := ParseURLPrefixes(c.RecipientsURLAllow); err != nil {
+		return fmt.Errorf("FANOUT_RECIPIENTS_URL_ALLOW: %w (want scheme://host[:port][/path/])", err)
+	}
+	if _, err := c.signer(); err != nil {
+		return err
+	}
+	if c.HTTPTimeout <= 0 {
+		return fmt.Errorf("FANOUT_HTTP_TIMEOUT: must be positive")
+	}
+	return nil
+}
+
+// typeOptionVars maps TypeOptions' field names in its errors to the
+// variables that set them.
+var typeOptionVars = strings.NewReplacer(
+	"BatchSize:", "FANOUT_BATCH_SIZE:", "PageSize:", "FANOUT_PAGE_SIZE:", "Window:", "FANOUT_WINDOW:",
+	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
+	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:", "LargeBatchSize:", "FANOUT_LARGE_BATCH_SIZE:",
+	"Semantics:", "FANOUT_SEMANTICS:", "CallTimeout:", "FANOUT_HTTP_TIMEOUT:",
+	"DestinationRate:", "FANOUT_DESTINATION_RATE:", "BreakerCooldown:", "FANOUT_BREAKER_COOLDOWN:")
+
+// TypeOptions are the type's options.
+func (c *Config) TypeOptions() fanout.TypeOptions {
+	return fanout.TypeOptions{
+		BatchSize: c.BatchSize, PageSize: c.PageSize, Window: c.Window,
+		DeliverConcurrency: c.DeliverConcurrency, MaxAttempts: c.MaxAttempts,
+		LocalDeliveryMax: c.LocalDeliveryMax, LargeBatchSize: c.LargeBatchSize,
+		CallTimeout:     c.HTTPTimeout,
+		Semantics:       c.Semantics,
+		DestinationRate: c.DestinationRate, BreakerFailures: c.BreakerFailures, BreakerCooldown: c.BreakerCooldown,
+	}
+}
+
+// Handler is the type's handler as configured (Validate checked it), its
+// client's idle pool sized for inFlight deliveries at once (the worker's
+// workers.Config.DeliveriesInFlight).
+func (c *Config) Handler(inFlight int) *Handler {
+	allow, _ := ParseAllow(c.OutboundAllow) // checked by Validate
+	h := &Handler{
+		RecipientsURL:      c.RecipientsURL,
+		RecipientsURLAllow: c.RecipientsURLAllow,
+		Client:             NewClient(c.HTTPTimeout, inFlight, allow...),
+	}
+	h.Signer, _ = c.signer() // checked by Validate
+	return h
+}
+
+// signer is the signer of FANOUT_WEBHOOK_SECRETS or
+// FANOUT_WEBHOOK_SECRETS_FILE; nil when neither is set.
+func (c *Config) signer() (*Signer, error) {
+	secrets, name := c.WebhookSecrets, "FANOUT_WEBHOOK_SECRETS"
+	if c.WebhookSecretsFile != "" {
+		if len(secrets) > 0 {
+			return nil, fmt.Errorf("FANOUT_WEBHOOK_SECRETS_FILE: set together with FANOUT_WEBHOOK_SECRETS; use one")
+		}
+		name = "FANOUT_WEBHOOK_SECRETS_FILE"
+		s, err := config.ReadSecretFile(name, c.WebhookSecretsFile)
+		if err != nil {
+			return nil, err
+		}
+		secrets = config.SecretList(s)
+	}
+	if len(secrets) == 0 {
+		return nil, nil
+	}
+	s, err := NewSigner(secrets...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return s, nil
+}
