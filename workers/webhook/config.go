@@ -35,6 +35,9 @@ type Config struct {
 	Semantics fanout.Semantics `env:"FANOUT_SEMANTICS"`
 	// MaxAttempts: delivery attempts per recipient.
 	MaxAttempts int `env:"FANOUT_MAX_ATTEMPTS"`
+	// FairnessWeight: the type's events' share of a task queue against
+	// other events' (with task-queue fairness on the server).
+	FairnessWeight float64 `env:"FANOUT_FAIRNESS_WEIGHT"`
 	// The type's flow control per destination: rate and breaker.
 	limits.DestinationSettings
 
@@ -63,6 +66,7 @@ func (c *Config) SetDefaults() {
 	c.BatchSize, c.Window = fanout.DefaultBatchSize, fanout.DefaultWindow
 	c.DeliverConcurrency, c.LocalDeliveryMax = fanout.DefaultDeliverConcurrency, fanout.DefaultLocalDeliveryMax
 	c.Semantics, c.MaxAttempts, c.HTTPTimeout = fanout.AtLeastOnce, fanout.DefaultMaxAttempts, fanout.DefaultCallTimeout
+	c.FairnessWeight = fanout.DefaultFairnessWeight
 	c.DestinationSettings.SetDefaults()
 }
 
@@ -100,7 +104,8 @@ var typeOptionVars = strings.NewReplacer(
 	"DeliverConcurrency:", "FANOUT_DELIVER_CONCURRENCY:", "MaxAttempts:", "FANOUT_MAX_ATTEMPTS:",
 	"LocalDeliveryMax:", "FANOUT_LOCAL_DELIVERY_MAX:", "LargeBatchSize:", "FANOUT_LARGE_BATCH_SIZE:",
 	"Semantics:", "FANOUT_SEMANTICS:", "CallTimeout:", "FANOUT_HTTP_TIMEOUT:",
-	"DestinationRate:", "FANOUT_DESTINATION_RATE:", "BreakerCooldown:", "FANOUT_BREAKER_COOLDOWN:")
+	"DestinationRate:", "FANOUT_DESTINATION_RATE:", "BreakerCooldown:", "FANOUT_BREAKER_COOLDOWN:",
+	"FairnessWeight:", "FANOUT_FAIRNESS_WEIGHT:")
 
 // TypeOptions are the type's options.
 func (c *Config) TypeOptions() fanout.TypeOptions {
@@ -110,6 +115,7 @@ func (c *Config) TypeOptions() fanout.TypeOptions {
 		LocalDeliveryMax: c.LocalDeliveryMax, LargeBatchSize: c.LargeBatchSize,
 		CallTimeout:     c.HTTPTimeout,
 		Semantics:       c.Semantics,
+		FairnessWeight:  c.FairnessWeight,
 		DestinationRate: c.DestinationRate, BreakerFailures: c.BreakerFailures, BreakerCooldown: c.BreakerCooldown,
 	}
 }

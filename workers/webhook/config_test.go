@@ -38,7 +38,7 @@ func TestConfigDefaults(t *testing.T) {
 		got.BatchSize != want.BatchSize || got.Window != want.Window || got.DeliverConcurrency != want.DeliverConcurrency ||
 		got.CallTimeout != want.CallTimeout || got.LocalDeliveryMax != fanout.DefaultLocalDeliveryMax ||
 		got.BreakerFailures != fanout.DefaultBreakerFailures || got.BreakerCooldown != fanout.DefaultBreakerCooldown ||
-		got.Semantics != fanout.AtLeastOnce {
+		got.Semantics != fanout.AtLeastOnce || got.FairnessWeight != fanout.DefaultFairnessWeight {
 		t.Errorf("TypeOptions() = %+v; want fanout's defaults %+v", got, want)
 	}
 	if c.RecipientsURL != "" || c.Handler(64).Signer != nil {
@@ -80,6 +80,7 @@ func TestConfigBadValues(t *testing.T) {
 		configtest.Bad("max attempts zero", map[string]string{"FANOUT_MAX_ATTEMPTS": "0"}, "FANOUT_MAX_ATTEMPTS"),
 		configtest.Bad("destination rate over the limit", map[string]string{"FANOUT_DESTINATION_RATE": "2e6"}, "FANOUT_DESTINATION_RATE"),
 		configtest.Bad("breaker cooldown negative", map[string]string{"FANOUT_BREAKER_COOLDOWN": "-1s"}, "FANOUT_BREAKER_COOLDOWN"),
+		configtest.Bad("fairness weight over its limit", map[string]string{"FANOUT_FAIRNESS_WEIGHT": "1001"}, "FANOUT_FAIRNESS_WEIGHT"),
 	})
 }
 
@@ -169,5 +170,19 @@ func TestRecipientsURLAllowEndsAtTheHostOrASlash(t *testing.T) {
 	t.Setenv("FANOUT_RECIPIENTS_URL_ALLOW", "http://127.0.0.1:9999,https://a.example.com/api/,https://B.example.com")
 	if err := loadConfig(); err != nil {
 		t.Fatalf("good allow-list refused: %v", err)
+	}
+}
+
+// FANOUT_FAIRNESS_WEIGHT sets the stock type's FairnessWeight, which its
+// batches carry to the delivery queue.
+func TestConfigFairnessWeight(t *testing.T) {
+	configtest.ClearFanoutEnv(t)
+	t.Setenv("FANOUT_FAIRNESS_WEIGHT", "2.5")
+	var c webhook.Config
+	if err := config.Load(&c); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.TypeOptions().FairnessWeight; got != 2.5 {
+		t.Errorf("FairnessWeight = %v, want 2.5", got)
 	}
 }
