@@ -366,7 +366,7 @@ func (o TypeOptions) Validate() error {
 	case o.BatchSize < 0 || o.BatchSize > MaxBatchSize:
 		return fmt.Errorf("BatchSize: %d outside 1..%d", o.BatchSize, MaxBatchSize)
 	case o.Window < 0 || o.Window > MaxWindow:
-		return fmt.Errorf("Window: %d outside 1..%d", o.Window, MaxWindow)
+		return fmt.Errorf("Window: %d outside 1..%d", o.Window, MaxWindow) //nolint:staticcheck // ST1005: names the field TypeOptions.Window, as the other cases name theirs
 	case o.PageSize < 0 || o.PageSize > MaxPageSize:
 		return fmt.Errorf("PageSize: %d outside 1..%d", o.PageSize, MaxPageSize)
 	case o.DeliverConcurrency < 0:

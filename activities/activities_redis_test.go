@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		dir, _ := os.MkdirTemp("", "activities-test-")
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		p, addr, err := stack.StartRedis(context.Background(), port, "", filepath.Join(dir, "redis.log"), os.Stderr)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		}
 		defer p.Stop(5 * time.Second)
 		rdb = redis.NewClient(&redis.Options{Addr: addr})
-		defer rdb.Close()
+		defer func() { _ = rdb.Close() }()
 		return m.Run()
 	}())
 }

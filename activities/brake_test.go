@@ -17,7 +17,7 @@ import (
 // without Redis.
 func TestBrakeOffWithoutRateOrRedis(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	for _, b := range []*activities.Brake{activities.NewBrake(rc, 0, nil), activities.NewBrake(rc, -1, nil), activities.NewBrake(nil, 100, nil)} {
 		if b != nil {
 			t.Fatalf("got a brake %p; want none", b)
@@ -34,7 +34,7 @@ func TestBrakeOffWithoutRateOrRedis(t *testing.T) {
 // Redis do not block the caller.
 func TestBrakeReleasedWhenRedisFails(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	var logs syncBuffer
 	b := activities.NewBrake(rc, 100, slog.New(slog.NewTextHandler(&logs, nil)))
 	start := time.Now()

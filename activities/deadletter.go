@@ -97,7 +97,7 @@ func clearError(lastErr, address string) string {
 			continue
 		}
 		plain := strings.IndexFunc(core, func(c rune) bool {
-			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
+			return (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '_' && c != '-'
 		}) < 0
 		if !plain || strings.EqualFold(core, host) {
 			words[i] = redacted + w[len(core):]

@@ -139,10 +139,10 @@ func refusedErr(t *testing.T) error {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	_ = l.Close()
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err == nil {
-		c.Close()
+		_ = c.Close()
 		t.Fatalf("dial %s succeeded", addr)
 	}
 	return err

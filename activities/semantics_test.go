@@ -21,7 +21,7 @@ func TestNotSent(t *testing.T) {
 	post := func(url string) error {
 		resp, err := client.Post(url, "text/plain", strings.NewReader("x"))
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 		}
 		return err
 	}
@@ -31,11 +31,11 @@ func TestNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := "http://" + l.Addr().String()
-	l.Close()
+	_ = l.Close()
 	// A server that reads the request and drops the connection.
 	drop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			c.Close()
+			_ = c.Close()
 		}
 	}))
 	defer drop.Close()

@@ -140,7 +140,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	defer func() {
 		b.log.Info("bridge stopped", "started", b.Stats.Started.Load(), "duplicates", b.Stats.Duplicates.Load(), "dead_lettered", b.Stats.DeadLettered.Load())
 	}()
-	defer b.dlq.Close()
+	// Every dead letter was written synchronously (acknowledged) before its
+	// record was committed: closing the writer has nothing left to flush.
+	defer func() { _ = b.dlq.Close() }()
 	group, err := kafkatopic.NewConsumerGroup(b.cfg.Kafka, kafka.ConsumerGroupConfig{
 		ID: b.cfg.GroupID, Topics: []string{b.cfg.Topic}, StartOffset: kafka.FirstOffset,
 	})
@@ -149,7 +151,11 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	// Closing the group ends the generation, which waits for its lanes to
 	// finish their records in hand and commit them.
-	defer group.Close()
+	defer func() {
+		if err := group.Close(); err != nil {
+			b.log.Warn("closing the consumer group", "group", b.cfg.GroupID, "err", err)
+		}
+	}()
 	// work outlives ctx so records in hand are finished, not half-done.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -181,7 +187,7 @@ func (b *Bridge) lane(ctx, gctx, work context.Context, gen *kafka.Generation, a 
 	r := kafkatopic.NewReader(b.cfg.Kafka, kafka.ReaderConfig{
 		Topic: b.cfg.Topic, Partition: a.ID, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 250 * time.Millisecond,
 	})
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	if err := r.SetOffset(a.Offset); err != nil {
 		b.log.Error("cannot read the partition; rejoining the group", "partition", a.ID, "err", err)
 		return

@@ -59,7 +59,7 @@ func TestBridgeOneStuckPartitionDoesNotStallTheOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		ms := make([]kafka.Message, n)
 		for i := range ms {
 			v, _ := json.Marshal(fanout.Event{ID: fmt.Sprintf("%s-%d", prefix, i), Type: "webhook", Payload: json.RawMessage(`{}`)})

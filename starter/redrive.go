@@ -498,7 +498,9 @@ func RedriveEvents(ctx context.Context, o RedriveEventsOptions) (RedriveEventsRe
 	}
 	lim := rate.NewLimiter(rate.Limit(o.Rate), 1)
 	pub := NewPublisher(o.Kafka, o.EventsTopic)
-	defer pub.Close()
+	// Publish returns once the broker acknowledged every event: closing the
+	// writer has nothing left to flush.
+	defer func() { _ = pub.Close() }()
 	res := RedriveEventsResult{ByReason: map[string]int{}}
 	read := 0
 	pr := newProgress(nil, o.ProgressEvery)
@@ -588,7 +590,7 @@ func readOne(ctx context.Context, kc KafkaConn, src source) (kafka.Message, erro
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	r := kafkatopic.NewReader(kc, kafka.ReaderConfig{Topic: src.topic, Partition: src.partition, MaxBytes: 10 << 20})
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	if err := r.SetOffset(src.offset); err != nil {
 		return kafka.Message{}, err
 	}

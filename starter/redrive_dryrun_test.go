@@ -47,7 +47,7 @@ func TestRedriveDeliveriesDryRun(t *testing.T) {
 	const topic = "dlq"
 	kc := kfakeConn(t, topic)
 	w := activities.NewDeadLetterWriter(kc, topic)
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	dls := []activities.DeadLetter{
 		deadLetter("a", 0, "r1", "http 500"), deadLetter("a", 0, "r2", "http 500"), deadLetter("a", 0, "r3", "http 410: gone"),
 		deadLetter("a", 0, "r1", "http 500"), // the same letter twice: counted once
@@ -59,7 +59,7 @@ func TestRedriveDeliveriesDryRun(t *testing.T) {
 	}
 	// A record that is not a dead letter.
 	kw := kafkatopic.NewWriter(kc, topic)
-	defer kw.Close()
+	defer func() { _ = kw.Close() }()
 	if err := kw.WriteMessages(ctx, kafka.Message{Value: []byte(`{"nope":true}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestRedriveEventsDryRun(t *testing.T) {
 	const dlq, events = "events-dlq", "events"
 	kc := kfakeConn(t, dlq, events)
 	kw := kafkatopic.NewWriter(kc, dlq)
-	defer kw.Close()
+	defer func() { _ = kw.Close() }()
 	rec := func(reason string) kafka.Message {
 		v, _ := json.Marshal(map[string]string{"id": "e-" + reason, "type": "webhook"})
 		return kafka.Message{Value: v, Headers: []kafka.Header{{Key: starter.HeaderReason, Value: []byte(reason)}}}

@@ -79,7 +79,7 @@ func TestRecordSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	b := New(Config{Kafka: KafkaConn{Brokers: []string{"127.0.0.1:1"}}, Topic: "ev", GroupID: "g", DLQTopic: "dlq", TracerProvider: tp}, nil)
-	defer b.dlq.Close()
+	defer func() { _ = b.dlq.Close() }()
 	m := kafka.Message{Topic: "ev", Partition: 2, Offset: 7, Key: []byte("e1"),
 		Headers: []kafka.Header{{Key: "traceparent", Value: []byte(testTP)}}}
 	ctx, span := b.startSpan(context.Background(), m)
@@ -96,7 +96,7 @@ func TestRecordSpan(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range s.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if attrs["fanout.outcome"] != OutcomeStarted || attrs["messaging.destination.partition.id"] != "2" || attrs["messaging.kafka.offset"] != "7" {
 		t.Errorf("attributes %v", attrs)

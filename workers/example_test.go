@@ -39,9 +39,9 @@ func Example() {
 	}
 	defer tc.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	dlq := activities.NewDeadLetterWriter(activities.KafkaConn{Brokers: []string{"localhost:9092"}}, activities.DefaultDeliveriesDLQTopic)
-	defer dlq.Close()
+	defer func() { _ = dlq.Close() }()
 	_ = workers.Run(ctx, workers.Options{
 		Client: tc, Registry: reg, Redis: rdb, Queues: vocab.Queues(), Logger: slog.Default(),
 		DeadLetters: dlq,

@@ -27,7 +27,7 @@ func runWithRedis(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "gate test: temp dir:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	port, err := stack.FreePort()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gate test: free port:", err)
@@ -50,7 +50,7 @@ func runWithRedis(m *testing.M) int {
 func newGate(t *testing.T, ttl time.Duration) (*gate.Gate, *redis.Client) {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("ping redis-server at %s: %v", redisAddr, err)
 	}
@@ -405,7 +405,7 @@ func TestAcquireErrors(t *testing.T) {
 		DialTimeout: 500 * time.Millisecond,
 		MaxRetries:  -1,
 	})
-	t.Cleanup(func() { unreachable.Close() })
+	t.Cleanup(func() { _ = unreachable.Close() })
 
 	g, rdb := newGate(t, time.Hour)
 	ctx := context.Background()

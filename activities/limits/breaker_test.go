@@ -29,14 +29,14 @@ func TestBreakerCountsOnlyHostFailures(t *testing.T) {
 	s := BreakerSettings{Failures: 2, Cooldown: 50 * time.Millisecond}
 	do := func(err error) (bool, error) { return b.Do("t", "h", s, func() error { return err }) }
 	for range 5 {
-		do(fanout.Permanent(errors.New("HTTP 404")))
-		do(context.Canceled)
+		_, _ = do(fanout.Permanent(errors.New("HTTP 404")))
+		_, _ = do(context.Canceled)
 	}
 	if b.Open("t", "h") {
 		t.Fatal("opened on permanent answers or cancellation")
 	}
-	do(errors.New("HTTP 503"))
-	do(errors.New("timeout"))
+	_, _ = do(errors.New("HTTP 503"))
+	_, _ = do(errors.New("timeout"))
 	if !b.Open("t", "h") || b.Open("t", "other") || b.Open("u", "h") {
 		t.Fatal("want only t/h open after 2 failures in a row")
 	}
@@ -133,7 +133,7 @@ func TestBreakerConcurrentFailuresOpenIt(t *testing.T) {
 				if rej {
 					rejected.Add(1)
 				}
-				b.Do("t", "up", s, func() error { return nil })
+				_, _ = b.Do("t", "up", s, func() error { return nil })
 			}
 		})
 	}
@@ -173,13 +173,13 @@ func TestBreakerRegistryEvictsLeastRecentlyUsed(t *testing.T) {
 	s := BreakerSettings{Failures: 1, Cooldown: time.Hour}
 	fail := func() error { return errors.New("HTTP 503") }
 	for i := range MaxBreakers {
-		b.Do("t", fmt.Sprint("h", i), s, fail) // each opens at once
+		_, _ = b.Do("t", fmt.Sprint("h", i), s, fail) // each opens at once
 	}
 	if !b.Open("t", "h0") || !b.Open("t", "h1") {
 		t.Fatal("want h0 and h1 open")
 	}
 	b.Get("t", "h0", s) // h0 used again: h1 is now the least recent
-	b.Do("t", "new", s, fail)
+	_, _ = b.Do("t", "new", s, fail)
 	if b.Open("t", "h1") {
 		t.Error("h1 (open, least recently used) was kept past MaxBreakers")
 	}
@@ -215,7 +215,7 @@ func TestBreakerIgnoresFailuresBeforeTheRequestLeft(t *testing.T) {
 	}
 	refused := fanout.NotSent(&net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
 	for range 2 {
-		b.Do("t", "h", s, func() error { return refused })
+		_, _ = b.Do("t", "h", s, func() error { return refused })
 	}
 	if !b.Open("t", "h") {
 		t.Error("refused connections did not open the breaker")

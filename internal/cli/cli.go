@@ -105,7 +105,7 @@ func (h Help) Write(w io.Writer, fs *flag.FlagSet) {
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", e.Name, e.Kind, def)
 		}
-		tw.Flush()
+		_ = tw.Flush() // into a bytes.Buffer, which does not fail
 		for line := range strings.Lines(b.String()) {
 			fmt.Fprintln(w, strings.TrimRight(line, " \n"))
 		}

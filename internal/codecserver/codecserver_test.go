@@ -119,7 +119,7 @@ func do(t *testing.T, method, url string, b []byte, hdr map[string]string) *http
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { res.Body.Close() })
+	t.Cleanup(func() { _ = res.Body.Close() })
 	return res
 }
 
@@ -281,7 +281,7 @@ func TestOversizedBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer res2.Body.Close()
+	defer func() { _ = res2.Body.Close() }()
 	if res2.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("chunked: %s, want 413", res2.Status)
 	}
@@ -320,7 +320,7 @@ func TestInsecureNoAuthOnlyOnLoopback(t *testing.T) {
 	codecs := []converter.PayloadCodec{testCodec{}}
 	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0", "10.0.0.1:0", "example.com:0"} {
 		if s, err := Listen(addr, Options{Codecs: codecs, InsecureNoAuth: true}); err == nil {
-			s.Close()
+			_ = s.Close()
 			t.Errorf("insecure no-auth accepted on %s", addr)
 		}
 	}
@@ -334,8 +334,8 @@ func TestInsecureNoAuthOnlyOnLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go s.Serve()
-	defer s.Close()
+	go func() { _ = s.Serve() }()
+	defer func() { _ = s.Close() }()
 	res := do(t, http.MethodPost, s.URL()+"/decode", body(t, encrypted(t, "marker-abc")), nil)
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("insecure loopback server: %s", res.Status)
@@ -399,8 +399,8 @@ func TestInsecureNoAuthChecksTheHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go s.Serve()
-	defer s.Close()
+	go func() { _ = s.Serve() }()
+	defer func() { _ = s.Close() }()
 	_, port, _ := net.SplitHostPort(s.Addr().String())
 	postTo := func(url, host, auth string) int {
 		req, err := http.NewRequest(http.MethodPost, url+"/decode", bytes.NewReader(body(t, encrypted(t, "marker-abc"))))
@@ -415,7 +415,7 @@ func TestInsecureNoAuthChecksTheHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res.Body.Close()
+		_ = res.Body.Close()
 		return res.StatusCode
 	}
 	post := func(host string) int { return postTo(s.URL(), host, "") }

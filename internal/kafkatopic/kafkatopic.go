@@ -40,7 +40,9 @@ func ReadAll(ctx context.Context, c Conn, topic string, fn func(kafka.Message) e
 		return fmt.Errorf("kafka %s: %w", c.Brokers[0], err)
 	}
 	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
+	// The connections and readers below are only read from: closing them
+	// loses nothing, so their Close errors are dropped.
+	_ = conn.Close()
 	if err != nil {
 		return fmt.Errorf("partitions of %s: %w", topic, err)
 	}
@@ -50,7 +52,7 @@ func ReadAll(ctx context.Context, c Conn, topic string, fn func(kafka.Message) e
 			return err
 		}
 		first, last, err := lc.ReadOffsets()
-		lc.Close()
+		_ = lc.Close()
 		if err != nil {
 			return err
 		}
@@ -59,17 +61,17 @@ func ReadAll(ctx context.Context, c Conn, topic string, fn func(kafka.Message) e
 		}
 		r := NewReader(c, kafka.ReaderConfig{Topic: topic, Partition: p.ID, MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 200 * time.Millisecond})
 		if err := r.SetOffset(first); err != nil {
-			r.Close()
+			_ = r.Close()
 			return err
 		}
 		for {
 			m, err := r.ReadMessage(ctx)
 			if err != nil {
-				r.Close()
+				_ = r.Close()
 				return fmt.Errorf("read %s[%d]: %w", topic, p.ID, err)
 			}
 			if ferr := fn(m); ferr != nil {
-				r.Close()
+				_ = r.Close()
 				if errors.Is(ferr, ErrStop) {
 					return nil
 				}
@@ -79,7 +81,7 @@ func ReadAll(ctx context.Context, c Conn, topic string, fn func(kafka.Message) e
 				break
 			}
 		}
-		r.Close()
+		_ = r.Close()
 	}
 	return nil
 }

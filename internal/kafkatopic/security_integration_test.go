@@ -84,8 +84,10 @@ func advertiseHandshakeV0(t *testing.T, c *kfake.Cluster, addr string, pki *kafk
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	defer func() { _ = conn.Close() }()
+	if err := conn.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	req := kmsg.NewPtrApiVersionsRequest() // v0: a request header v1, a response header v0
 	msg := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
 	msg = binary.BigEndian.AppendUint16(msg, 0)      // version
@@ -133,7 +135,7 @@ func secureEnv(t *testing.T, addr string, pki *kafkatest.PKI, mech, user, pass s
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "FANOUT_") {
 			t.Setenv(k, "")
-			os.Unsetenv(k)
+			_ = os.Unsetenv(k)
 		}
 	}
 	t.Setenv("FANOUT_KAFKA_BROKERS", addr)
@@ -216,7 +218,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			if err := pub.PublishRecords(ctx, kafka.Message{Key: []byte("bad"), Value: []byte("not json")}); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
-			pub.Close()
+			_ = pub.Close()
 
 			// The bridge (`starter bridge`, or the worker's): it reads the
 			// record in its consumer group and dead-letters it, all over
@@ -256,7 +258,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			if err := pub.PublishRecords(ctx, kafka.Message{Key: []byte("bad2"), Value: []byte("{also not json")}); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
-			pub.Close()
+			_ = pub.Close()
 			runBridge(1)
 			if dls = readTopic(t, kc, evdlq); len(dls) != 2 || string(dls[1].Value) != "{also not json" {
 				t.Fatalf("events DLQ holds %d records after the second bridge, want 2 (the first record committed)", len(dls))
@@ -272,7 +274,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 			if err := dlw.Publish(ctx, []activities.DeadLetter{letter}); err != nil {
 				t.Fatalf("deliveries DLQ: %v", err)
 			}
-			dlw.Close()
+			_ = dlw.Close()
 			recs := readTopic(t, kc, deldlq)
 			var got activities.DeadLetter
 			if len(recs) != 1 || json.Unmarshal(recs[0].Value, &got) != nil || got.EventID != "e1" || got.Recipient.ID != "r1" {
@@ -287,7 +289,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 				{Key: starter.HeaderSourceTopic, Value: []byte(ev)}, {Key: starter.HeaderSourcePartition, Value: []byte("0")},
 				{Key: starter.HeaderSourceOffset, Value: []byte(strconv.Itoa(0))},
 			}})
-			w.Close()
+			_ = w.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -342,7 +344,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 	if err := pub.PublishRecords(context.Background(), kafka.Message{Value: []byte("ok")}); err != nil {
 		t.Fatalf("the good connection: %v", err)
 	}
-	pub.Close()
+	_ = pub.Close()
 	if err := good(t).Check(context.Background()); err != nil {
 		t.Fatalf("Check of the good connection: %v", err)
 	}
@@ -398,7 +400,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 		// reports an unexpected EOF here, and SASLAuthenticationFailed
 		// against a real broker.)
 		w := kafkatopic.NewWriter(kc, ev)
-		defer w.Close()
+		defer func() { _ = w.Close() }()
 		if err = w.WriteMessages(ctx, kafka.Message{Value: []byte("x")}); err == nil || strings.Contains(err.Error(), wrong) {
 			t.Errorf("writer: %v; want an error, without the password", err)
 		}
@@ -406,7 +408,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 	t.Run("plain TCP to the TLS listener", func(t *testing.T) {
 		kc := good(t)
 		kc.TLS = nil
-		readErr(t, kc)
+		_ = readErr(t, kc) // the refusal is all this case checks
 	})
 	t.Run("a client that does not trust the CA", func(t *testing.T) {
 		kc := good(t)
@@ -438,7 +440,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 	t.Run("TLS without SASL", func(t *testing.T) {
 		kc := good(t)
 		kc.SASL = nil
-		readErr(t, kc)
+		_ = readErr(t, kc) // the refusal is all this case checks
 	})
 	t.Run("kcat with a wrong password", func(t *testing.T) {
 		args := kcatArgs(addr, pki.CAFile, u.mech, u.user, "wrong-password")

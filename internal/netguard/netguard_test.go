@@ -97,14 +97,14 @@ func TestControlRefusesTheDialledAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			c.Close()
+			_ = c.Close()
 		}
 	}()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
@@ -113,7 +113,7 @@ func TestControlRefusesTheDialledAddress(t *testing.T) {
 	for _, host := range []string{"127.0.0.1", "localhost"} {
 		d := net.Dialer{Control: Policy{}.Control}
 		if c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, port)); err == nil {
-			c.Close()
+			_ = c.Close()
 			t.Errorf("guarded dial to %s succeeded", host)
 		} else if !errors.Is(err, ErrDenied) {
 			t.Errorf("guarded dial to %s: %v, want ErrDenied", host, err)
@@ -124,7 +124,7 @@ func TestControlRefusesTheDialledAddress(t *testing.T) {
 			t.Errorf("dial to %s with loopback allowed: %v", host, err)
 			continue
 		}
-		c.Close()
+		_ = c.Close()
 	}
 }
 

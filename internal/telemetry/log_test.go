@@ -31,7 +31,7 @@ func TestLogRecordInSpanHasIDs(t *testing.T) {
 	var buf bytes.Buffer
 	log := Logger(slog.New(slog.NewJSONHandler(&buf, nil)))
 	tp := sdktrace.NewTracerProvider()
-	defer tp.Shutdown(context.Background())
+	defer func() { _ = tp.Shutdown(context.Background()) }()
 	ctx, span := tp.Tracer("t").Start(context.Background(), "s")
 	defer span.End()
 	sc := span.SpanContext()
@@ -64,7 +64,7 @@ func TestLogRecordInSpanHasIDs(t *testing.T) {
 func TestTemporalLoggerIDsRenamed(t *testing.T) {
 	var buf bytes.Buffer
 	tp := sdktrace.NewTracerProvider()
-	defer tp.Shutdown(context.Background())
+	defer func() { _ = tp.Shutdown(context.Background()) }()
 	ctx, span := tp.Tracer("t").Start(context.Background(), "s")
 	defer span.End()
 	sc := span.SpanContext()

@@ -41,7 +41,7 @@ func TestSetupWithoutExporterPassesTraceContextThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tel.Shutdown(ctx)
+	defer func() { _ = tel.Shutdown(ctx) }()
 	if tel.Exporting() || tel.MetricsHandler != nil || tel.MetricsAddr() != "" || tel.Interceptor == nil {
 		t.Fatalf("exporting %v, metrics handler %v, metrics addr %q, interceptor %v", tel.Exporting(), tel.MetricsHandler, tel.MetricsAddr(), tel.Interceptor)
 	}
@@ -153,7 +153,7 @@ func TestSetupWithSpanProcessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tel.Shutdown(context.Background())
+	defer func() { _ = tel.Shutdown(context.Background()) }()
 	pctx, _ := ContextWithTraceparent(context.Background(), parentTP, "")
 	_, span := otel.Tracer("t").Start(pctx, "child")
 	span.End()
@@ -186,7 +186,7 @@ func TestMetricsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	body := string(b)
 	for _, want := range []string{
 		"fanout_test_things_total{",
@@ -217,7 +217,7 @@ func TestMetricsAddrInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tel.Shutdown(context.Background())
+	defer func() { _ = tel.Shutdown(context.Background()) }()
 	if _, err := Setup(context.Background(), "b", WithMetricsAddr(tel.MetricsAddr())); err == nil || !strings.Contains(err.Error(), "FANOUT_METRICS_ADDR") {
 		t.Fatalf("second listener on %s: err %v, want one naming FANOUT_METRICS_ADDR", tel.MetricsAddr(), err)
 	}

@@ -108,7 +108,7 @@ func asciiHost(h string) bool {
 	}
 	for i := 0; i < len(h); i++ {
 		c := h[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_' || c == ':') {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '-' && c != '_' && c != ':' {
 			return false
 		}
 	}

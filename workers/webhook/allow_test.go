@@ -21,7 +21,7 @@ import (
 // request; the same host, port and path under the entry are used.
 func TestRecipientsURLAllowMatchesTheParsedURL(t *testing.T) {
 	page := func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://x"}]}`))
+		_, _ = w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://x"}]}`))
 	}
 	victim := newServer(t, "127.0.0.2:0", page)
 	good := newServer(t, "127.0.0.1:0", page)

@@ -111,18 +111,18 @@ func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 // an allowed prefix matches it.
 func TestRecipientsEndpointIsBounded(t *testing.T) {
 	huge := newServer(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte(`{"recipients":[{"id":"r","address":"`))
+		_, _ = w.Write([]byte(`{"recipients":[{"id":"r","address":"`))
 		chunk := []byte(strings.Repeat("a", 1<<20))
 		for range 9 {
 			if _, err := w.Write(chunk); err != nil {
 				return
 			}
 		}
-		w.Write([]byte(`"}]}`))
+		_, _ = w.Write([]byte(`"}]}`))
 	})
-	garbage := newServer(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`<html>`)) })
+	garbage := newServer(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`<html>`)) })
 	good := newServer(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://x"}]}`))
+		_, _ = w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://x"}]}`))
 	})
 	ctx := context.Background()
 	for name, url := range map[string]string{"page_too_large": huge.URL, "invalid_page": garbage.URL} {

@@ -102,7 +102,7 @@ func TestRedirects(t *testing.T) {
 // origin is.
 func TestRecipientsRedirectStaysOnItsOrigin(t *testing.T) {
 	page := func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://x"}]}`))
+		_, _ = w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://x"}]}`))
 	}
 	elsewhere := newServer(t, "127.0.0.1:0", page)
 	endpoint := newServer(t, "127.0.0.1:0", func(w http.ResponseWriter, r *http.Request) {

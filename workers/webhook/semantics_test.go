@@ -89,7 +89,7 @@ func TestAtMostOnceIsNotReplayedByTheTransport(t *testing.T) {
 					// Read the request, then drop the connection unanswered.
 					conn, _, err := http.NewResponseController(w).Hijack()
 					if err == nil {
-						conn.Close()
+						_ = conn.Close()
 					}
 				}
 			}))

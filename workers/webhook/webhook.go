@@ -336,7 +336,7 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := Classify(resp); err != nil {
 		return fanout.Page{}, fmt.Errorf("recipients endpoint: %w", err)
 	}
@@ -512,7 +512,7 @@ func (h *Handler) Deliver(ctx context.Context, ev fanout.Event, r fanout.Recipie
 	}
 	// Drain so the connection is reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return Classify(resp)
 }
 

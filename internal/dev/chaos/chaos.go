@@ -388,7 +388,7 @@ func (u *run) waitAll(ctx context.Context, ids ...string) (map[string]harnessRes
 		if err != nil {
 			return out, err
 		}
-		out[id] = harnessResult{res.Progress.Found, res.Progress.Delivered, res.Progress.Duplicates, res.Progress.Failed, res.Progress.DeadLettered, res.Progress.Unconfirmed}
+		out[id] = harnessResult{res.Found, res.Delivered, res.Duplicates, res.Failed, res.DeadLettered, res.Unconfirmed}
 	}
 	u.settle(ctx)
 	return out, nil

@@ -102,7 +102,7 @@ func (u *run) waitWorkflows(ctx context.Context, ids []string) error {
 	defer cancel()
 	for _, id := range ids {
 		for {
-			_, err := u.s.TC.DescribeWorkflowExecution(ctx, stack.WorkflowID(id), "")
+			_, err := u.s.TC.DescribeWorkflow(ctx, stack.WorkflowID(id), "")
 			if err == nil {
 				break
 			}
@@ -260,7 +260,7 @@ func ReplayTopic(ctx context.Context, o Options, size int) (Report, error) {
 		defer cancel()
 		for _, id := range ids {
 			for {
-				_, err := u.s.TC.DescribeWorkflowExecution(dctx, stack.WorkflowID(id), "")
+				_, err := u.s.TC.DescribeWorkflow(dctx, stack.WorkflowID(id), "")
 				var nf *serviceerror.NotFound
 				if errors.As(err, &nf) {
 					break
@@ -287,7 +287,7 @@ func ReplayTopic(ctx context.Context, o Options, size int) (Report, error) {
 		// Whatever the replay started would exist now.
 		again := 0
 		for _, id := range ids {
-			_, err := u.s.TC.DescribeWorkflowExecution(ctx, stack.WorkflowID(id), "")
+			_, err := u.s.TC.DescribeWorkflow(ctx, stack.WorkflowID(id), "")
 			if err == nil {
 				again++
 			}
@@ -560,7 +560,7 @@ func sourceRepeats(ctx context.Context, baseURL string, ev stack.Event) (entries
 		}
 		var p fanout.Page
 		err = json.NewDecoder(resp.Body).Decode(&p)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if err != nil {
 			return 0, 0, err
 		}

@@ -274,7 +274,7 @@ func (c *SinkClient) do(ctx context.Context, method, path string, body []byte, o
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxStatsAnswer))
 	if err != nil {
 		return err

@@ -20,7 +20,7 @@ func deliver(t *testing.T, url, ev, rc string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode
 }
 

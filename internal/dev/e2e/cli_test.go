@@ -188,7 +188,7 @@ func newOwnSink(t *testing.T, delay time.Duration) *ownSink {
 				return
 			}
 		}
-		s.Sink.ServeHTTP(w, r)
+		s.ServeHTTP(w, r)
 	})
 	srv.Config.Handler = mux
 	s.url = st.Route(mux) // recipients on an allowed origin; deliveries to srv

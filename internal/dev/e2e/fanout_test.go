@@ -183,7 +183,7 @@ func TestBadRecordsGoToTheDLQ(t *testing.T) {
 		t.Fatalf("good event after bad ones: delivered %d, want 25", res.Delivered)
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{st.KafkaAddr}, Topic: starter.DefaultEventsDLQTopic, Partition: 0, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond})
-	defer r.Close()
+	defer func() { _ = r.Close() }()
 	got := map[string]string{} // value -> reason
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -233,11 +233,11 @@ func TestKcatPublishedEvent(t *testing.T) {
 	if res.Delivered != 42 {
 		t.Fatalf("kcat event delivered %d, want 42", res.Delivered)
 	}
-	desc, err := st.TC.DescribeWorkflowExecution(context.Background(), vocab.WorkflowID(webhook.EventType, id), "")
+	desc, err := st.TC.DescribeWorkflow(context.Background(), vocab.WorkflowID(webhook.EventType, id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tq := desc.GetWorkflowExecutionInfo().GetTaskQueue(); tq != vocab.EventsTaskQueue {
+	if tq := desc.RawResponse.GetWorkflowExecutionInfo().GetTaskQueue(); tq != vocab.EventsTaskQueue {
 		t.Errorf("event workflow on task queue %q, want %q", tq, vocab.EventsTaskQueue)
 	}
 	// The bridge shares its client with the events worker: the start was
@@ -266,7 +266,7 @@ func serverCounter(t *testing.T, name string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {

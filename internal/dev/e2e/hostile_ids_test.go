@@ -146,7 +146,7 @@ func pagedEndpoint(t *testing.T, recips []fanout.Recipient) *countingServer {
 		if end < len(recips) {
 			page.NextCursor = strconv.Itoa(end)
 		}
-		json.NewEncoder(w).Encode(page)
+		_ = json.NewEncoder(w).Encode(page)
 	})
 	s.URL = st.Route(s.Config.Handler)
 	return s
@@ -439,7 +439,7 @@ func TestEndlessAudiences(t *testing.T) {
 				for i := range c.perPage {
 					page.Recipients = append(page.Recipients, fanout.Recipient{ID: fmt.Sprintf("p%d-r%d", p, i), Address: dest.URL + "/hook"})
 				}
-				json.NewEncoder(w).Encode(page)
+				_ = json.NewEncoder(w).Encode(page)
 			})
 			st.publishEnvelopes(t, starter.Envelope{ID: id, Type: boundedType, Payload: webhookPayload(t, "endless", st.Route(endpoint.Config.Handler))})
 			res, err := st.waitTyped(boundedType, id, 2*time.Minute)
@@ -475,7 +475,7 @@ func TestRedriveRefusesForgedDeadLetters(t *testing.T) {
 	}
 	id := "forged-" + runID
 	w := kafkatopic.NewWriter(st.KafkaConn(), activities.DefaultDeliveriesDLQTopic)
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := w.WriteMessages(ctx,

@@ -59,7 +59,7 @@ func startCounting(t *testing.T, addr string, h http.HandlerFunc) *countingServe
 func internalService(t *testing.T) *countingServer {
 	var s *countingServer
 	s = startCounting(t, "127.0.0.2:0", func(w http.ResponseWriter, _ *http.Request) {
-		json.NewEncoder(w).Encode(fanout.Page{Recipients: []fanout.Recipient{{ID: "victim", Address: s.URL + "/admin"}}})
+		_ = json.NewEncoder(w).Encode(fanout.Page{Recipients: []fanout.Recipient{{ID: "victim", Address: s.URL + "/admin"}}})
 	})
 	return s
 }
@@ -95,7 +95,7 @@ func TestHostileRecipientAddresses(t *testing.T) {
 		{ID: "file", Address: "file:///etc/passwd"},
 		{ID: "real", Address: good.URL + "/hook"},
 	}}
-	endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(page) })
+	endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(page) })
 	id := "hostile-addr-" + runID
 	st.publish(t, stack.Event{ID: id, RecipientsURL: st.Route(endpoint.Config.Handler) + "/recipients"})
 	res := st.waitResult(t, id, 60*time.Second)
@@ -152,7 +152,7 @@ func TestHostilePoisonRecord(t *testing.T) {
 	// A forged cut dead letter pointing at another topic (the deliveries
 	// DLQ) is not followed: the redrive copies nothing from there.
 	w := kafkatopic.NewWriter(st.KafkaConn(), starter.DefaultEventsDLQTopic)
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	forged := starter.DeadLetterRecord(kafka.Message{Topic: activities.DefaultDeliveriesDLQTopic, Key: []byte("forged-" + key), Value: []byte(strings.Repeat("v", 600_000))},
 		starter.ReasonUnknownType, "forged", time.Now())
 	if err := w.WriteMessages(ctx, forged); err != nil {
@@ -231,14 +231,14 @@ func TestTerminatedBatchIsDeadLettered(t *testing.T) {
 func TestHostileHugePage(t *testing.T) {
 	const pageMiB = 200
 	endpoint := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://127.0.0.1:1/`))
+		_, _ = w.Write([]byte(`{"recipients":[{"id":"r1","address":"http://127.0.0.1:1/`))
 		chunk := []byte(strings.Repeat("a", 1<<20))
 		for range pageMiB {
 			if _, err := w.Write(chunk); err != nil {
 				return
 			}
 		}
-		w.Write([]byte(`"}]}`))
+		_, _ = w.Write([]byte(`"}]}`))
 	})
 	id := "hostile-page-" + runID
 	var before, after runtime.MemStats

@@ -65,7 +65,7 @@ func TestRedirectedDestinations(t *testing.T) {
 			fanout.Recipient{ID: fmt.Sprintf("found-%d", i), Address: fmt.Sprintf("%s/302/%d", dest.URL, i)},
 			fanout.Recipient{ID: fmt.Sprintf("temporary-%d", i), Address: fmt.Sprintf("%s/307/%d", dest.URL, i)})
 	}
-	endpoint := st.Route(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(page) }))
+	endpoint := st.Route(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _ = json.NewEncoder(w).Encode(page) }))
 	id := "redirects-" + runID
 	ev := stack.Event{ID: id, Text: "redirect me", RecipientsURL: endpoint + "/recipients"}
 	st.publish(t, ev)
@@ -97,7 +97,7 @@ func TestRedirectedDestinations(t *testing.T) {
 // recipients_url_not_allowed, and the other service gets no request.
 func TestPayloadRecipientsURLWithUserInfo(t *testing.T) {
 	other := startCounting(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
-		json.NewEncoder(w).Encode(fanout.Page{Recipients: []fanout.Recipient{{ID: "r", Address: st.SinkURL + "/deliver"}}})
+		_ = json.NewEncoder(w).Encode(fanout.Page{Recipients: []fanout.Recipient{{ID: "r", Address: st.SinkURL + "/deliver"}}})
 	})
 	allowed := st.RecipientsURLAllow()
 	if !strings.HasPrefix(allowed, "http://127.0.0.1:") || strings.HasSuffix(allowed, "/") {

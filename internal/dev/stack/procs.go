@@ -84,7 +84,7 @@ func ensureTemporalCLI(ctx context.Context, root string, progress io.Writer) (st
 		cmd.Dir = filepath.Join(root, "internal", "tools", "temporalcli")
 		cmd.Stdout, cmd.Stderr = progress, progress
 		if err := cmd.Run(); err != nil {
-			os.Remove(tmp)
+			_ = os.Remove(tmp)
 			return fmt.Errorf("build temporal CLI: %w", err)
 		}
 		return os.Rename(tmp, bin)
@@ -124,11 +124,11 @@ func withBinLock(root string, fn func() error) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	defer func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }()
 	return fn()
 }
 
@@ -138,7 +138,7 @@ func FreePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -148,7 +148,7 @@ func PortFree(port int) bool {
 	if err != nil {
 		return true
 	}
-	c.Close()
+	_ = c.Close()
 	return false
 }
 
@@ -174,7 +174,7 @@ func startProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 			return nil, err
 		}
 		cmd.Stdout, cmd.Stderr = f, f
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -415,7 +415,7 @@ func StartRedis(ctx context.Context, port int, dir, logPath string, progress io.
 // ErrRedisExited if p exits first, and kills p after 10 s or when ctx ends.
 func waitRedis(ctx context.Context, p *Proc, addr string, tlsConfig *tls.Config) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: tlsConfig})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if p.Exited() {

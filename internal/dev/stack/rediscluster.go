@@ -61,7 +61,7 @@ func StartRedisCluster(ctx context.Context, dir string, n int) (addrs []string, 
 	clients := make([]*redis.Client, n)
 	for i, a := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{Addr: a})
-		defer clients[i].Close()
+		defer func() { _ = clients[i].Close() }()
 	}
 	for i, c := range clients {
 		lo, hi := i*redisSlots/n, (i+1)*redisSlots/n-1
@@ -128,7 +128,7 @@ func StartRedisSentinel(ctx context.Context, dir, masterName string) (sentinelAd
 	}
 	procs = append(procs, p)
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinelAddr})
-	defer sc.Close()
+	defer func() { _ = sc.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got, err := sc.GetMasterAddrByName(ctx, masterName).Result()
@@ -271,6 +271,6 @@ func TestRedisCluster(t TB) (*redis.ClusterClient, []string) {
 	}
 	t.Cleanup(stop)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs[:1]})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb, addrs
 }

@@ -250,7 +250,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	s.DemoURL = "http://" + ln.Addr().String()
 	h, err := s.demoHandler(ctx)
 	if err != nil {
-		ln.Close()
+		_ = ln.Close()
 		return nil, err
 	}
 	if o.DemoHandler != nil {
@@ -364,7 +364,7 @@ func (s *Stack) Build(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			defer os.RemoveAll(tmp)
+			defer func() { _ = os.RemoveAll(tmp) }()
 			pkgs, names := []string{"./workers/cmd/worker", "./starter/cmd/starter"}, []string{"worker", "starter"}
 			if s.opts.SinkProcess {
 				pkgs, names = append(pkgs, "./internal/dev/cmd/sink"), append(names, "sink")
@@ -659,19 +659,19 @@ func (s *Stack) Close() {
 		s.TC.Close()
 	}
 	if s.RDB != nil {
-		s.RDB.Close()
+		_ = s.RDB.Close()
 	}
 	if s.Publisher != nil {
-		s.Publisher.Close()
+		_ = s.Publisher.Close()
 	}
 	if s.kafka != nil {
 		s.kafka.Close()
 	}
 	if s.srv != nil {
-		s.srv.Close()
+		_ = s.srv.Close()
 	}
 	if s.codecSrv != nil {
-		s.codecSrv.Close()
+		_ = s.codecSrv.Close()
 	}
 	if s.SinkClient != nil {
 		s.SinkClient.HTTP.CloseIdleConnections()
@@ -679,6 +679,6 @@ func (s *Stack) Close() {
 	s.Proc("redis").Stop(5 * time.Second)
 	s.Proc("temporal").Stop(10 * time.Second)
 	if s.tempDir {
-		os.RemoveAll(s.Dir)
+		_ = os.RemoveAll(s.Dir)
 	}
 }

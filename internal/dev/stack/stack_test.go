@@ -78,7 +78,7 @@ func recipientsPage(t *testing.T, demoURL string) fanout.Page {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var page fanout.Page
 	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func deliver(t *testing.T, sinkURL, ev, rc string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("deliver: HTTP %d", resp.StatusCode)
 	}

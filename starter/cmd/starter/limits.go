@@ -92,7 +92,7 @@ func runLimits(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	st := limits.Store{RDB: rdb}
 	switch a.verb {
 	case "set":

@@ -33,13 +33,13 @@ func TestMain(m *testing.M) {
 	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
 		// Outside a checkout (no .git) the stamp is not possible.
 		if out2, err2 := exec.Command("go", "build", "-buildvcs=false", "-o", bin, ".").CombinedOutput(); err2 != nil {
-			os.Stderr.Write(append(out, out2...))
-			os.RemoveAll(dir)
+			_, _ = os.Stderr.Write(append(out, out2...))
+			_ = os.RemoveAll(dir)
 			os.Exit(1)
 		}
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -56,7 +56,7 @@ func listen(t *testing.T) *listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { _ = ln.Close() })
 	l := &listener{addr: ln.Addr().String()}
 	go func() {
 		for {
@@ -65,7 +65,7 @@ func listen(t *testing.T) *listener {
 				return
 			}
 			l.accepted.Add(1)
-			defer c.Close() // held open until the test ends
+			defer func() { _ = c.Close() }() // held open until the test ends
 		}
 	}()
 	return l

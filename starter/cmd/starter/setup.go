@@ -91,7 +91,7 @@ func checkRedis(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if err := config.CheckEviction(ctx, rdb, rc, config.Logger("warn")); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

@@ -29,12 +29,12 @@ func TestMain(m *testing.M) {
 	}
 	bin = filepath.Join(dir, "worker")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		os.Stderr.Write(out)
-		os.RemoveAll(dir)
+		_, _ = os.Stderr.Write(out)
+		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -45,7 +45,7 @@ func countingListener(t *testing.T) (string, *atomic.Int32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { _ = ln.Close() })
 	var n atomic.Int32
 	go func() {
 		for {
@@ -54,7 +54,7 @@ func countingListener(t *testing.T) (string, *atomic.Int32) {
 				return
 			}
 			n.Add(1)
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 		}
 	}()
 	return ln.Addr().String(), &n

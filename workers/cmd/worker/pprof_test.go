@@ -26,13 +26,13 @@ func TestPprofServerHasTimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.ReadHeaderTimeout = 200 * time.Millisecond
-	go srv.Serve(ln)
-	defer srv.Close()
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close() }()
 	res, err := http.Get("http://" + ln.Addr().String() + "/debug/pprof/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.Body.Close()
+	_ = res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("/debug/pprof/: %s", res.Status)
 	}
@@ -40,11 +40,13 @@ func TestPprofServerHasTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if _, err := c.Write([]byte("GET /debug/pprof/ HTTP/1.1\r\nHost: x\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err == nil && !strings.Contains(line, "408") {
 		t.Fatalf("half a header: got %q, want the connection dropped", line)

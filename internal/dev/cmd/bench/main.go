@@ -251,7 +251,7 @@ func printTable(w io.Writer, rows []Row) {
 			num(r.DeliveriesPerSec), num(r.EventsPerSec), num(r.P50Ms), num(r.P99Ms), ratioOf(r.Ratio, r.RatioOf), dec(r.TemporalMsPerEvent), dec(r.TemporalMsPer1000),
 			cpuCell(r), perProc(r.PeakRSSMB, "%.0f"), perProc(r.CPUSeconds, "%.1f"), r.Notes)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	printCPUTable(w, rows)
 }
 
@@ -311,7 +311,7 @@ func printCPUTable(w io.Writer, rows []Row) {
 		}
 		fmt.Fprintln(tw)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 func dec(f float64) string {

@@ -292,7 +292,7 @@ func post(ctx context.Context, hc *http.Client, url, eventID, recipientID string
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("floor: HTTP %d from the sink", resp.StatusCode)
 	}

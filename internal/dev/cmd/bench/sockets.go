@@ -49,7 +49,7 @@ func countTimeWait(path string, port uint16) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	want := fmt.Sprintf(":%04X", port)
 	n := 0
 	sc := bufio.NewScanner(f)

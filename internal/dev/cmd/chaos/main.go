@@ -92,14 +92,14 @@ func run() (int, error) {
 		if len(probs) > 0 {
 			failed = append(failed, fmt.Sprintf("scenario %d: %s (logs in %s)", sc.N, strings.Join(probs, "; "), scDir))
 		} else if !keepAll {
-			os.RemoveAll(scDir)
+			_ = os.RemoveAll(scDir)
 		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	if len(failed) == 0 && !keepAll {
-		os.RemoveAll(base)
+		_ = os.RemoveAll(base)
 	}
 
 	fmt.Println()
@@ -134,5 +134,5 @@ func printTable(w io.Writer, reports []chaos.Report) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t\n",
 			r.Scenario, r.Expected, r.Delivered, r.Missing, r.Duplicated, r.InFlightAtKills, r.DeadLettered, r.Unconfirmed, r.Redriven, r.Seconds, r.Notes)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }

@@ -200,12 +200,12 @@ func watch(ctx context.Context, s *stack.Stack, evs []stack.Event, supErr <-chan
 // reports whether the big one (the first) completed.
 func progress(ctx context.Context, s *stack.Stack, evs []stack.Event) (started, completed int, bigCompleted bool) {
 	for i, e := range evs {
-		d, err := s.TC.DescribeWorkflowExecution(ctx, stack.WorkflowID(e.ID), "")
+		d, err := s.TC.DescribeWorkflow(ctx, stack.WorkflowID(e.ID), "")
 		if err != nil {
 			continue
 		}
 		started++
-		if d.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		if d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 			completed++
 			bigCompleted = bigCompleted || i == 0
 		}

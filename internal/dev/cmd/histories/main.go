@@ -445,11 +445,11 @@ func (g *gen) runIDs(ctx context.Context, workflowID string) ([]string, error) {
 // to the index. runID "" is the latest run.
 func (g *gen) export(ctx context.Context, file, workflowType, workflowID, runID, desc string) error {
 	if runID == "" {
-		d, err := g.tc.DescribeWorkflowExecution(ctx, workflowID, "")
+		d, err := g.tc.DescribeWorkflow(ctx, workflowID, "")
 		if err != nil {
 			return err
 		}
-		runID = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		runID = d.RawResponse.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 	}
 	if err := g.waitClosed(ctx, workflowID, runID); err != nil {
 		return err
@@ -483,11 +483,11 @@ func (g *gen) export(ctx context.Context, file, workflowType, workflowID, runID,
 
 func (g *gen) waitClosed(ctx context.Context, workflowID, runID string) error {
 	for {
-		d, err := g.tc.DescribeWorkflowExecution(ctx, workflowID, runID)
+		d, err := g.tc.DescribeWorkflow(ctx, workflowID, runID)
 		if err != nil {
 			return err
 		}
-		if d.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if d.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			return nil
 		}
 		select {

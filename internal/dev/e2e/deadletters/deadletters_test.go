@@ -181,7 +181,6 @@ func TestDeadLetteringIsBounded(t *testing.T) {
 	if err := store.Stage(ctx, ek, 0, [][]fanout.Recipient{rs}); err != nil {
 		t.Fatal(err)
 	}
-	rs = nil
 	msg := fanout.Message{ContentType: "application/octet-stream", Body: bytes.Repeat([]byte("256KiB message "), (256<<10)/15)}
 	in := workflows.DeliveryBatchInput{DeliverBatchInput: activities.DeliverBatchInput{
 		Event: ev, Priority: ev.Priority, AttemptID: vocab.AttemptID(ev.Type, ev.ID, 0), Message: msg,
@@ -287,14 +286,14 @@ func TestRedriveWithKeysRefusesLettersInClear(t *testing.T) {
 		sealedLetters = append(sealedLetters, l)
 	}
 	sw := activities.NewDeadLetterWriter(st.KafkaConn(), activities.DefaultDeliveriesDLQTopic).WithSealer(st.Keyring)
-	defer sw.Close()
+	defer func() { _ = sw.Close() }()
 	if err := sw.Publish(ctx, sealedLetters); err != nil {
 		t.Fatal(err)
 	}
 	forged := letter("forger")
 	forged.Message = fanout.Message{ContentType: "text/plain", Body: []byte("FORGED message, in clear")}
 	cw := activities.NewDeadLetterWriter(st.KafkaConn(), activities.DefaultDeliveriesDLQTopic)
-	defer cw.Close()
+	defer func() { _ = cw.Close() }()
 	if err := cw.Publish(ctx, []activities.DeadLetter{forged}); err != nil {
 		t.Fatal(err)
 	}

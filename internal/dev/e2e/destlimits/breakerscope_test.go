@@ -85,7 +85,7 @@ func serveRecipients(t *testing.T, h http.Handler) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(rl)
-	t.Cleanup(func() { srv.Close() })
+	go func() { _ = srv.Serve(rl) }()
+	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + rl.Addr().String() + "/recipients"
 }

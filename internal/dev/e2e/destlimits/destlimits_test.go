@@ -61,8 +61,8 @@ func startHost(t *testing.T, name string, fail bool) *host {
 	}
 	h := &host{name: name, fail: fail, addr: ln.Addr().String(), perSec: map[int64]int{}, seen: map[string]int{}}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
 	return h
 }
 
@@ -166,8 +166,8 @@ func TestLimitedHostThrottledOthersAtFullSpeedFailingHostBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	rsrv := &http.Server{Handler: recipients{a.addr, b.addr, c.addr}, ReadHeaderTimeout: 5 * time.Second}
-	go rsrv.Serve(rl)
-	defer rsrv.Close()
+	go func() { _ = rsrv.Serve(rl) }()
+	defer func() { _ = rsrv.Close() }()
 
 	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
 	if err != nil {
@@ -318,7 +318,7 @@ func get(t *testing.T, url string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }

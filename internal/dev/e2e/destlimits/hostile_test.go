@@ -72,8 +72,8 @@ func TestHostileDestinations(t *testing.T) {
 		t.Fatal(err)
 	}
 	rsrv := &http.Server{Handler: src, ReadHeaderTimeout: 5 * time.Second}
-	go rsrv.Serve(rl)
-	defer rsrv.Close()
+	go func() { _ = rsrv.Serve(rl) }()
+	defer func() { _ = rsrv.Close() }()
 
 	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
 	if err != nil {

@@ -525,8 +525,8 @@ func TestKeyRotation(t *testing.T) {
 	// Once the first window of children started, stop the A workers.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		d, err := st.TC.DescribeWorkflowExecution(context.Background(), stack.WorkflowID(rot.ID), "")
-		if err == nil && len(d.GetPendingChildren()) > 0 {
+		d, err := st.TC.DescribeWorkflow(context.Background(), stack.WorkflowID(rot.ID), "")
+		if err == nil && len(d.RawResponse.GetPendingChildren()) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -70,8 +70,8 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Progress.Delivered != int64(e.Audience) {
-			t.Fatalf("%s: delivered %d of %d", e.ID, res.Progress.Delivered, e.Audience)
+		if res.Delivered != int64(e.Audience) {
+			t.Fatalf("%s: delivered %d of %d", e.ID, res.Delivered, e.Audience)
 		}
 	}
 	startsA, startsB := activityStarts(ctx, t, s, a.ID), activityStarts(ctx, t, s, b.ID)

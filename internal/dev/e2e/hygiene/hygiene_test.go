@@ -426,14 +426,14 @@ func authRedis(t *testing.T, c *credentials, logPath string) (string, *redis.Cli
 		t.Fatal(err)
 	}
 	_ = admin.Do(ctx, "ACL", "SETUSER", "default", "off").Err() // may hang up on us
-	admin.Close()
+	_ = admin.Close()
 	anon := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer anon.Close()
+	defer func() { _ = anon.Close() }()
 	if err := anon.Ping(ctx).Err(); err == nil {
 		t.Fatal("redis answers without a password: the password would not be in use")
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr, Username: c.redisUser, Password: c.redisPass})
-	t.Cleanup(func() { rdb.Close() })
+	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +584,7 @@ func TestNoSecretInLogsSpansOrHistories(t *testing.T) {
 	if err == nil {
 		err = pub.PublishRecords(ctx, bad)
 	}
-	pub.Close()
+	_ = pub.Close()
 	if err != nil {
 		t.Fatalf("publish over TLS+SASL: %v", err)
 	}

@@ -55,8 +55,8 @@ func startHost(t *testing.T) *host {
 	}
 	h := &host{addr: ln.Addr().String(), seen: map[string]int{}}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
 	return h
 }
 
@@ -138,8 +138,8 @@ func TestLowPriorityBrakedWhileHigherPriorityDelivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rsrv := &http.Server{Handler: audiences{low: L.addr, high: H.addr}, ReadHeaderTimeout: 5 * time.Second}
-	go rsrv.Serve(rl)
-	defer rsrv.Close()
+	go func() { _ = rsrv.Serve(rl) }()
+	defer func() { _ = rsrv.Close() }()
 	recipientsURL := "http://" + rl.Addr().String() + "/recipients"
 
 	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})

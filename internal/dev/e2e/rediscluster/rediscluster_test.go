@@ -55,7 +55,7 @@ func TestWorkerOnRedisCluster(t *testing.T) {
 	}
 
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	counts, err := stack.MasterKeyCounts(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
