@@ -32,7 +32,7 @@ func (k *Kafka) SetDefaults() {
 // KafkaConn is the connection to the brokers of FANOUT_KAFKA_BROKERS with
 // the configured TLS and SASL (checked: Settings' Validate fails on the
 // same error).
-func (k Kafka) KafkaConn() (kafkatopic.Conn, error) { return k.KafkaSecurity.Conn(k.Brokers) }
+func (k Kafka) KafkaConn() (kafkatopic.Conn, error) { return k.Conn(k.Brokers) }
 
 // Check checks the brokers, the topics and the connection.
 func (k Kafka) Check() error {

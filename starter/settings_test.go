@@ -104,7 +104,7 @@ func TestBridgeTypesComeFromTheRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled here
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	log := slog.New(slog.DiscardHandler)
 
 	inWorker, err := b.Config(rdb, log, []string{"orders", "webhook"})

@@ -223,7 +223,9 @@ const (
 // recipient. The input did not pass the bridge: its id and type are
 // checked here. Events the bridge started are left alone (no command).
 func (r *fanoutRun) occurrence() error {
-	fields := workflow.GetInfo(r.ctx).SearchAttributes.GetIndexedFields()
+	// The Schedule's own attributes, as the server wrote them (no type
+	// metadata the typed view needs).
+	fields := workflow.GetInfo(r.ctx).SearchAttributes.GetIndexedFields() //nolint:staticcheck // SA1019: see above
 	by, nominalPayload := fields[searchAttrScheduledByID], fields[searchAttrScheduledStartTime]
 	if by == nil || nominalPayload == nil {
 		return nil

@@ -22,16 +22,16 @@ import (
 func TestCheckEvictionRealRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	check := func(t *testing.T, url string, accept bool) (error, string) {
+	check := func(t *testing.T, url string, accept bool) (string, error) {
 		t.Helper()
 		rdb, err := config.RedisClient(config.RedisConn{URL: url})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rdb.Close()
+		defer func() { _ = rdb.Close() }()
 		var logs bytes.Buffer
 		err = config.CheckEviction(ctx, rdb, config.RedisConn{URL: url, AcceptEviction: accept}, slog.New(slog.NewTextHandler(&logs, nil)))
-		return err, logs.String()
+		return logs.String(), err
 	}
 	policies := []string{"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random"}
 	for _, p := range policies {
@@ -41,7 +41,7 @@ func TestCheckEvictionRealRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer stop()
-			err, _ = check(t, "redis://"+addr, false)
+			_, err = check(t, "redis://"+addr, false)
 			if p == "noeviction" {
 				if err != nil {
 					t.Fatalf("noeviction refused: %v", err)
@@ -51,7 +51,7 @@ func TestCheckEvictionRealRedis(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "FANOUT_REDIS_ACCEPT_EVICTION") || !strings.Contains(err.Error(), p) {
 				t.Fatalf("policy %s: %v; want a refusal naming FANOUT_REDIS_ACCEPT_EVICTION and the policy", p, err)
 			}
-			err, logs := check(t, "redis://"+addr, true)
+			logs, err := check(t, "redis://"+addr, true)
 			if err != nil || !strings.Contains(logs, p) {
 				t.Fatalf("policy %s accepted: %v, logs %q; want nil and a warning naming it", p, err, logs)
 			}
@@ -63,7 +63,7 @@ func TestCheckEvictionRealRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer stop()
-		if err, _ := check(t, "redis://"+addr, false); err == nil || !strings.Contains(err.Error(), "allkeys-lru") {
+		if _, err := check(t, "redis://"+addr, false); err == nil || !strings.Contains(err.Error(), "allkeys-lru") {
 			t.Fatalf("with CONFIG renamed: %v; want allkeys-lru (from INFO memory) refused", err)
 		}
 	})
@@ -74,7 +74,7 @@ func TestCheckEvictionRealRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer stop()
-		err, logs := check(t, "redis://app:pw@"+addr, false)
+		logs, err := check(t, "redis://app:pw@"+addr, false)
 		if err != nil || !strings.Contains(logs, "maxmemory-policy") {
 			t.Fatalf("policy unreadable: %v, logs %q; want nil and a warning", err, logs)
 		}

@@ -62,7 +62,7 @@ const (
 
 // KafkaConn is the connection to the brokers of FANOUT_KAFKA_BROKERS with
 // the configured TLS and SASL (validated: Load fails on the same error).
-func (k Kafka) KafkaConn() (kafkatopic.Conn, error) { return k.KafkaSecurity.Conn(k.Brokers) }
+func (k Kafka) KafkaConn() (kafkatopic.Conn, error) { return k.Conn(k.Brokers) }
 
 // Conn builds the connection to brokers, reading the files it names.
 func (s KafkaSecurity) Conn(brokers []string) (kafkatopic.Conn, error) {

@@ -20,13 +20,14 @@ const kafkaSecret = "s3cr3t-Zq81"
 
 // loadBoth loads the bridge and the worker configuration from env (on top
 // of a clean FANOUT_* environment) and returns their errors.
-func loadBoth(t *testing.T, env map[string]string) (bridgeErr, workerErr error, b Bridge, w Worker) {
+func loadBoth(t *testing.T, env map[string]string) (b Bridge, w Worker, bridgeErr, workerErr error) {
 	t.Helper()
 	clearFanoutEnv(t)
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	return Load(&b), Load(&w), b, w
+	berr, werr := Load(&b), Load(&w)
+	return b, w, berr, werr
 }
 
 // TestKafkaSecurityBadValues: every bad TLS or SASL setting fails start-up
@@ -81,7 +82,7 @@ func TestKafkaSecurityBadValues(t *testing.T) {
 		{"SCRAM username SASLprep refuses", map[string]string{"FANOUT_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "FANOUT_KAFKA_SASL_USERNAME": "u\x07", "FANOUT_KAFKA_SASL_PASSWORD": kafkaSecret}, []string{"FANOUT_KAFKA_SASL_USERNAME:"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			berr, werr, _, _ := loadBoth(t, c.env)
+			_, _, berr, werr := loadBoth(t, c.env)
 			for who, err := range map[string]error{"bridge": berr, "worker": werr} {
 				if err == nil {
 					t.Errorf("%s: Load accepted %v", who, c.env)
@@ -113,7 +114,7 @@ func TestKafkaSecurityGoodValues(t *testing.T) {
 	}
 
 	t.Run("plain by default", func(t *testing.T) {
-		berr, werr, b, w := loadBoth(t, nil)
+		b, w, berr, werr := loadBoth(t, nil)
 		if berr != nil || werr != nil {
 			t.Fatal(berr, werr)
 		}
@@ -125,7 +126,7 @@ func TestKafkaSecurityGoodValues(t *testing.T) {
 	})
 
 	t.Run("TLS with a private CA, a client certificate and SCRAM-SHA-512", func(t *testing.T) {
-		berr, werr, b, w := loadBoth(t, map[string]string{
+		b, w, berr, werr := loadBoth(t, map[string]string{
 			"FANOUT_KAFKA_BROKERS":            "k1:9096,k2:9096",
 			"FANOUT_KAFKA_TLS":                "true",
 			"FANOUT_KAFKA_TLS_CA_FILE":        pki.CAFile,
@@ -168,7 +169,7 @@ func TestKafkaSecurityGoodValues(t *testing.T) {
 	})
 
 	t.Run("PLAIN from a password file, mechanism in any case", func(t *testing.T) {
-		berr, werr, b, _ := loadBoth(t, map[string]string{
+		b, _, berr, werr := loadBoth(t, map[string]string{
 			"FANOUT_KAFKA_SASL_MECHANISM":     "plain",
 			"FANOUT_KAFKA_SASL_USERNAME":      "api-key",
 			"FANOUT_KAFKA_SASL_PASSWORD_FILE": passFile,
@@ -195,7 +196,7 @@ func TestKafkaSecurityGoodValues(t *testing.T) {
 	})
 
 	t.Run("TLS with the system CAs and skip-verify only when asked", func(t *testing.T) {
-		berr, werr, b, _ := loadBoth(t, map[string]string{"FANOUT_KAFKA_TLS": "true"})
+		b, _, berr, werr := loadBoth(t, map[string]string{"FANOUT_KAFKA_TLS": "true"})
 		if berr != nil || werr != nil {
 			t.Fatal(berr, werr)
 		}
@@ -203,7 +204,7 @@ func TestKafkaSecurityGoodValues(t *testing.T) {
 		if kc.Security() != "SSL" || kc.TLS.RootCAs != nil || kc.TLS.InsecureSkipVerify {
 			t.Errorf("security %q, root CAs %v, skip-verify %v: want SSL with the system's CAs, verified", kc.Security(), kc.TLS.RootCAs, kc.TLS.InsecureSkipVerify)
 		}
-		berr, werr, b, _ = loadBoth(t, map[string]string{"FANOUT_KAFKA_TLS": "true", "FANOUT_KAFKA_TLS_INSECURE_SKIP_VERIFY": "true"})
+		b, _, berr, werr = loadBoth(t, map[string]string{"FANOUT_KAFKA_TLS": "true", "FANOUT_KAFKA_TLS_INSECURE_SKIP_VERIFY": "true"})
 		if berr != nil || werr != nil {
 			t.Fatal(berr, werr)
 		}

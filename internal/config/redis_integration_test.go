@@ -39,7 +39,7 @@ func TestRedisClientCluster(t *testing.T) {
 	for _, a := range addrs { // ACLs are per node
 		c := redis.NewClient(&redis.Options{Addr: a})
 		err := c.Do(ctx, "ACL", "SETUSER", "app", "on", ">app-pw", "~fanout:*", "+@all").Err()
-		c.Close()
+		_ = c.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestRedisClientCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
 		t.Fatalf("client %T; want *redis.ClusterClient", rdb)
@@ -102,12 +102,12 @@ func TestRedisClientSentinel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if err := rdb.Set(ctx, "fanout:e:sentinel-test", "through-sentinel", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	direct := redis.NewClient(&redis.Options{Addr: primary})
-	defer direct.Close()
+	defer func() { _ = direct.Close() }()
 	if v, err := direct.Get(ctx, "fanout:e:sentinel-test").Result(); err != nil || v != "through-sentinel" {
 		t.Errorf("the primary %s holds %q, %v; want the value written through the sentinel", primary, v, err)
 	}
@@ -136,7 +136,7 @@ func TestRedisClientTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if who, err := rdb.Do(ctx, "ACL", "WHOAMI").Text(); err != nil || who != "app" {
 		t.Errorf("ACL WHOAMI over TLS: %q, %v; want app", who, err)
 	}
@@ -145,7 +145,7 @@ func TestRedisClientTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer untrusted.Close()
+	defer func() { _ = untrusted.Close() }()
 	if err := untrusted.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("PING without the private CA: %v; want a certificate error", err)
 	}

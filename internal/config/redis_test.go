@@ -144,7 +144,7 @@ func TestRedisSetup(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer rdb.Close()
+			defer func() { _ = rdb.Close() }()
 			if _, isCluster := rdb.(*redis.ClusterClient); isCluster != (c.mode == RedisCluster) {
 				t.Errorf("client %T for mode %s", rdb, c.mode)
 			}
@@ -228,7 +228,7 @@ func TestRedisVariablesLoad(t *testing.T) {
 	if w.RedisConn != want || b.RedisConn != want {
 		t.Errorf("worker %+v, bridge %+v; want %+v", w.RedisConn, b.RedisConn, want)
 	}
-	s, err := b.RedisConn.setup()
+	s, err := b.setup()
 	if err != nil || s.failover == nil || s.failover.Password != "from-file" || s.failover.Username != "app" {
 		t.Errorf("setup %+v, %v", s.failover, err)
 	}

@@ -52,7 +52,7 @@ func TestTemporalAPIKeyFile(t *testing.T) {
 	rec := &authRecorder{}
 	srv := grpc.NewServer()
 	workflowservice.RegisterWorkflowServiceServer(srv, rec)
-	go srv.Serve(lis)
+	go func() { _ = srv.Serve(lis) }() // ends with Stop
 	t.Cleanup(srv.Stop)
 
 	keyFile := filepath.Join(t.TempDir(), "temporal-api-key")

@@ -72,7 +72,7 @@ func (c *Config) SetDefaults() {
 
 // Validate checks the settings, naming the variable (config.Load calls it).
 func (c *Config) Validate() error {
-	if err := c.DestinationSettings.Check(); err != nil {
+	if err := c.Check(); err != nil {
 		return err
 	}
 	if err := c.TypeOptions().Validate(); err != nil {

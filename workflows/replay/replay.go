@@ -155,7 +155,7 @@ func LoadFile(path, workflowID, runID string, opts ...Option) (History, error) {
 	if err != nil {
 		return History{}, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	hist, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
 	if err != nil {
 		return History{}, fmt.Errorf("%s: %w", path, err)

@@ -16,7 +16,9 @@ func ClearFanoutEnv(t *testing.T) {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "FANOUT_") {
 			t.Setenv(k, "")
-			os.Unsetenv(k)
+			if err := os.Unsetenv(k); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

@@ -170,7 +170,7 @@ func runBridge(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if err := config.CheckEviction(ctx, rdb, cfg.RedisConn, log); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -280,7 +280,7 @@ topic, for demos and tests; producers write the same records with any Kafka clie
 		msgs = append(msgs, m)
 	}
 	pub := starter.NewPublisher(kc, cfg.EventsTopic)
-	defer pub.Close()
+	defer func() { _ = pub.Close() }()
 	if err := pub.PublishRecords(ctx, msgs...); err != nil {
 		return err
 	}

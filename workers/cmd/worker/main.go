@@ -130,7 +130,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Warn("redis not reachable yet; deliveries wait for it", "err", err)
 	} else if err := config.CheckEviction(ctx, rdb, cfg.RedisConn, log); err != nil {
@@ -153,7 +153,7 @@ func run() error {
 	if err := kc.Check(ctx); err != nil {
 		log.Warn("cannot connect to Kafka as configured (FANOUT_KAFKA_*) yet; dead letters wait for it", "err", err)
 	}
-	defer dlw.Close()
+	defer func() { _ = dlw.Close() }()
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.Bridge {
