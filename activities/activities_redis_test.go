@@ -24,7 +24,7 @@ import (
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/activities/gate"
 	"github.com/fanout/fanout/activities/staging"
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 	"github.com/fanout/fanout/workflows/vocab"
 )
 

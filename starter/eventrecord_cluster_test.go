@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 	"github.com/fanout/fanout/starter"
 )
 

@@ -23,7 +23,7 @@ import (
 )
 
 // historiesDir holds histories exported from the real stack with
-// `temporal workflow show --output json` by `go run ./internal/dev/cmd/histories`.
+// `temporal workflow show --output json` by `go run ./dev/cmd/histories`.
 const historiesDir = "testdata/histories"
 
 func loadHistories(t *testing.T) []replay.History {

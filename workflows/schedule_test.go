@@ -18,7 +18,7 @@ import (
 // Scheduled events on the test environment's mock clock: the wait is a
 // timer, so an hour passes at once. (The test environment ignores start
 // search attributes, so the bridge-marked start, status scheduled at start,
-// is covered by internal/dev/e2e/schedule.)
+// is covered by dev/e2e/schedule.)
 
 // scheduledFixture is a 250-recipient event (3 batches: children) to be
 // delivered at at.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/activities/gate"
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 )
 
 // TestGateOnRedisCluster: the gate behaves on a Redis Cluster of three

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fanout/fanout/activities/limits"
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 )
 
 var rdb *redis.Client

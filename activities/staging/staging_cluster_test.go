@@ -11,7 +11,7 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities/staging"
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 )
 
 // TestStagingOnRedisCluster: on a Redis Cluster of three masters, one

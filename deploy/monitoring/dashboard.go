@@ -8,7 +8,7 @@
 //	go generate ./...   (or: go run ./cmd/gendashboard)
 //
 // The test fails when the committed JSON differs from what Dashboard builds;
-// internal/dev/e2e/observability checks that every metric its queries name is
+// dev/e2e/observability checks that every metric its queries name is
 // on a live /metrics after real deliveries.
 package monitoring
 

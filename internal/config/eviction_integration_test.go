@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fanout/fanout/internal/config"
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 )
 
 // TestCheckEvictionRealRedis: against a real redis-server started with each

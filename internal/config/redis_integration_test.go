@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fanout/fanout/internal/config"
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 )
 
 // TestRedisClientCluster: FANOUT_REDIS_MODE=cluster with one seed node, an

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 )
 
 // `starter setup` against a real redis-server whose maxmemory-policy can

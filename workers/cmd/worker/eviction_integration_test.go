@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout/fanout/internal/dev/stack"
+	"github.com/fanout/fanout/dev/stack"
 )
 
 // The worker against a real redis-server whose maxmemory-policy can evict

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/dev/stack"
+)
+
+// The field's conditions: destinations that answer in tens of milliseconds
+// (slow) and many events of one priority at once (fairness).
+
+// slowDelay is how long the sink takes to answer each delivery in the slow
+// scenario: a real webhook destination's latency.
+const slowDelay = 50 * time.Millisecond
+
+// withSinkDelay runs fn with the sink answering every delivery after d,
+// and puts it back to answering at once afterwards.
+func (b *bench) withSinkDelay(ctx context.Context, d time.Duration, fn func() (Row, error)) (Row, error) {
+	if err := b.st.SinkClient.SetDelay(ctx, d); err != nil {
+		return Row{}, err
+	}
+	defer func() {
+		if err := b.st.SinkClient.SetDelay(context.Background(), 0); err != nil {
+			fmt.Fprintf(b.out, "[bench] resetting the sink's delay: %v\n", err)
+		}
+	}()
+	return fn()
+}
+
+// slow delivers one event to destinations that answer in slowDelay, then
+// makes the same deliveries with the bare loop of the floor holding the
+// same calls in flight (the delivery worker's batchSlots × concurrency):
+// latency-bound delivery, where an idle slot costs throughput directly.
+func (b *bench) slow(ctx context.Context) (Row, error) {
+	return b.withSinkDelay(ctx, slowDelay, func() (Row, error) {
+		n, c := b.sz.slow, batchSlots*concurrency
+		r, err := b.heavyRun(ctx, "slow", n)
+		if err != nil {
+			return Row{}, err
+		}
+		secs, cpu, err := b.bareLoop(ctx, "slow-loop", n, c)
+		if err != nil {
+			return Row{}, err
+		}
+		loopRate := float64(n) / secs
+		_, loopCPU := perDelivery(map[string]float64{benchProc: cpu[benchProc], "sink": cpu["sink"]}, n)
+		r.Ratio, r.RatioOf = r.DeliveriesPerSec/loopRate, "slow/bare loop"
+		r.CPURatio, r.CPURatioOf = r.CPUUsPerDeliveryTotal/loopCPU, "slow/bare loop"
+		r.Notes = fmt.Sprintf("sink answers in %v; bare loop with %d calls in flight: %.0f/s, %.0f CPU µs/delivery; %s", slowDelay, c, loopRate, loopCPU, r.Notes)
+		return r, nil
+	})
+}
+
+// fairness publishes two big events of one priority and, once they
+// deliver, a small event of that priority and one of high priority; each
+// small event's publish-to-last-delivery time is divided by the same
+// event's alone. The row's deliveries/s is the two big events' combined
+// rate.
+func (b *bench) fairness(ctx context.Context) (Row, error) {
+	small := func(label string, p fanout.Priority) stack.Event {
+		return stack.Event{ID: b.id(label), Audience: b.sz.fairSmall, Priority: p}
+	}
+	alone, err := b.latencies(ctx, "fairness-alone", small("fair-normal-alone", fanout.PriorityNormal), small("fair-high-alone", fanout.PriorityHigh))
+	if err != nil {
+		return Row{}, err
+	}
+	big := []stack.Event{
+		{ID: b.id("fair-big"), Audience: b.sz.fairBig, Priority: fanout.PriorityNormal},
+		{ID: b.id("fair-big"), Audience: b.sz.fairBig, Priority: fanout.PriorityNormal},
+	}
+	t0 := time.Now()
+	if err := b.st.Publish(ctx, big...); err != nil {
+		return Row{}, err
+	}
+	// The small events come once the big ones have their batches queued:
+	// after fairWait, or once a fifth of their audience is delivered.
+	wctx, cancel := context.WithTimeout(ctx, fairWait)
+	for b.unique(wctx, big[0].ID)+b.unique(wctx, big[1].ID) < 2*b.sz.fairBig/5 && wctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	beside, err := b.latencies(ctx, "fairness", small("fair-normal", fanout.PriorityNormal), small("fair-high", fanout.PriorityHigh))
+	if err != nil {
+		return Row{}, err
+	}
+	done, err := b.waitDelivered(ctx, "fairness-big", big, 60*time.Minute)
+	if err != nil {
+		return Row{}, err
+	}
+	last := done[big[0].ID]
+	if t := done[big[1].ID]; t.After(last) {
+		last = t
+	}
+	secs := last.Sub(t0).Seconds()
+	same, high := beside[0]/alone[0], beside[1]/alone[1]
+	return Row{Size: 2*b.sz.fairBig + 2*b.sz.fairSmall, Seconds: secs, DeliveriesPerSec: float64(2*b.sz.fairBig) / secs,
+		Ratio: same, RatioOf: "same priority beside/alone",
+		Notes: fmt.Sprintf("two %d-recipient normal events (deliveries/s: theirs combined); a %d-recipient normal event %.0f ms beside them, %.0f ms alone (%.2fx); a high one %.0f ms, %.0f ms alone (%.2fx)",
+			b.sz.fairBig, b.sz.fairSmall, beside[0], alone[0], same, beside[1], alone[1], high)}, nil
+}
+
+// fairWait bounds the wait for the big events of fairness to get going.
+const fairWait = 20 * time.Second
+
+// latencies publishes the events at once and returns each one's time from
+// publish to last delivery, in milliseconds, in their order.
+func (b *bench) latencies(ctx context.Context, label string, evs ...stack.Event) ([]float64, error) {
+	t0 := time.Now()
+	if err := b.st.Publish(ctx, evs...); err != nil {
+		return nil, err
+	}
+	done, err := b.waitDelivered(ctx, label, evs, 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]float64, len(evs))
+	for i, e := range evs {
+		ms[i] = float64(done[e.ID].Sub(t0).Microseconds()) / 1000
+	}
+	b.settle(ctx)
+	return ms, nil
+}
