@@ -1,7 +1,7 @@
 package activities
 
 import (
-	"container/list"
+	"container/heap"
 	"context"
 	"sync"
 
@@ -16,13 +16,17 @@ import (
 // no longer needs, and a worker runs more batches than the pool needs to
 // stay full (workers.Options.BatchSlots).
 //
-// A free call goes to the highest priority waiting, first come first
-// served within a priority: a high-priority batch waits only for calls
-// to end, never behind normal or low batches' queued requests.
+// A free call goes to the highest priority waiting; within a priority, to
+// the batch with the fewest recipients left (first come first served among
+// equals). So a high-priority batch waits only for calls to end, a small
+// event's batch is not slowed by the big batches beside it, and batches
+// finish one after another, each freeing its slot for the next (shared
+// evenly, batches started together would all end together, late).
 type Calls struct {
 	mu      sync.Mutex
 	free    int
-	waiters [3]list.List // of chan struct{}, by priorityRank
+	seq     uint64
+	waiters [3]waiterHeap // by priorityRank
 }
 
 // NewCalls is a pool of n calls in flight (at least 1).
@@ -40,10 +44,11 @@ func priorityRank(p fanout.Priority) int {
 	}
 }
 
-// acquire takes a call for a delivery of priority p, waiting until one is
-// free and no batch of the same or a higher priority waited before; it
-// fails only with ctx's error, holding nothing. A nil pool never waits.
-func (c *Calls) acquire(ctx context.Context, p fanout.Priority) error {
+// acquire takes a call for a delivery of priority p from a batch with left
+// recipients to go, waiting until one is free and no batch ahead of it
+// waits; it fails only with ctx's error, holding nothing. A nil pool never
+// waits.
+func (c *Calls) acquire(ctx context.Context, p fanout.Priority, left int) error {
 	if c == nil {
 		return nil
 	}
@@ -54,20 +59,21 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority) error {
 		c.mu.Unlock()
 		return nil
 	}
-	ready := make(chan struct{})
-	e := c.waiters[rank].PushBack(ready)
+	c.seq++
+	w := &waiter{ready: make(chan struct{}), left: left, seq: c.seq}
+	heap.Push(&c.waiters[rank], w)
 	c.mu.Unlock()
 	select {
-	case <-ready:
+	case <-w.ready:
 		return nil
 	case <-ctx.Done():
 		c.mu.Lock()
 		select {
-		case <-ready: // granted as we gave up: hand it on
+		case <-w.ready: // granted as we gave up: hand it on
 			c.mu.Unlock()
 			c.release()
 		default:
-			c.waiters[rank].Remove(e)
+			heap.Remove(&c.waiters[rank], w.index)
 			c.mu.Unlock()
 		}
 		return ctx.Err()
@@ -93,11 +99,45 @@ func (c *Calls) release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for r := range c.waiters {
-		if e := c.waiters[r].Front(); e != nil {
-			c.waiters[r].Remove(e)
-			close(e.Value.(chan struct{}))
+		if c.waiters[r].Len() > 0 {
+			close(heap.Pop(&c.waiters[r]).(*waiter).ready)
 			return
 		}
 	}
 	c.free++
+}
+
+// waiter is a batch waiting for a call.
+type waiter struct {
+	ready chan struct{}
+	left  int    // the batch's recipients left
+	seq   uint64 // arrival
+	index int    // in its heap
+}
+
+// waiterHeap orders waiters by recipients left, then arrival.
+type waiterHeap []*waiter
+
+func (h waiterHeap) Len() int { return len(h) }
+func (h waiterHeap) Less(i, j int) bool {
+	if h[i].left != h[j].left {
+		return h[i].left < h[j].left
+	}
+	return h[i].seq < h[j].seq
+}
+func (h waiterHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *waiterHeap) Push(x any) {
+	w := x.(*waiter)
+	w.index = len(*h)
+	*h = append(*h, w)
+}
+func (h *waiterHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return w
 }

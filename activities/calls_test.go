@@ -14,14 +14,14 @@ import (
 func TestCallsServePrioritiesFirst(t *testing.T) {
 	c := NewCalls(1)
 	ctx := context.Background()
-	if err := c.acquire(ctx, fanout.PriorityLow); err != nil {
+	if err := c.acquire(ctx, fanout.PriorityLow, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 8)
 	queued := 0
 	wait := func(name string, p fanout.Priority) {
 		go func() {
-			if err := c.acquire(ctx, p); err != nil {
+			if err := c.acquire(ctx, p, 0); err != nil {
 				got <- "error " + err.Error()
 				return
 			}
@@ -52,7 +52,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	// A high waiter that gives up leaves the others' order alone.
 	cctx, cancel := context.WithCancel(ctx)
 	gaveUp := make(chan error, 1)
-	go func() { gaveUp <- c.acquire(cctx, fanout.PriorityHigh) }()
+	go func() { gaveUp <- c.acquire(cctx, fanout.PriorityHigh, 0) }()
 	for {
 		c.mu.Lock()
 		n := c.waiters[0].Len()
@@ -82,5 +82,41 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	c.release()
 	if c.free != 1 {
 		t.Fatalf("%d calls free after all returned, want 1", c.free)
+	}
+}
+
+// Within a priority, a free call goes to the batch with the fewest
+// recipients left: batches end one after another, and a small batch is not
+// held back by big ones.
+func TestCallsServeTheShortestBatchFirst(t *testing.T) {
+	c := NewCalls(1)
+	ctx := context.Background()
+	if err := c.acquire(ctx, fanout.PriorityNormal, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, 4)
+	for i, left := range []int{9000, 40, 700} {
+		go func() {
+			if err := c.acquire(ctx, fanout.PriorityNormal, left); err == nil {
+				got <- left
+			}
+		}()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			c.mu.Lock()
+			n := c.waiters[1].Len()
+			c.mu.Unlock()
+			if n == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d never queued", i)
+			}
+		}
+	}
+	for _, want := range []int{40, 700, 9000} {
+		c.release()
+		if g := <-got; g != want {
+			t.Fatalf("the call went to the batch with %d left, want %d", g, want)
+		}
 	}
 }
