@@ -10,11 +10,13 @@ import (
 
 // Calls is a worker's budget of delivery calls in flight, shared by every
 // batch the worker runs (all priorities, and the fast path's local
-// activities). A batch still runs at most its type's DeliverConcurrency
-// calls at once, but takes a call from the pool before each one, so when
-// one batch is down to its last slow calls the others use the sockets it
-// no longer needs, and a worker runs more batches than the pool needs to
-// stay full (workers.Options.BatchSlots).
+// activities). A batch takes a call from the pool before each delivery; it
+// runs up to its type's DeliverConcurrency calls at once, and more only
+// with calls no other batch waits for (deliveries.handOver), so the budget
+// stays busy at an event's tail or with one big batch, and when one batch
+// is down to its last slow calls the others use the sockets it no longer
+// needs; a worker runs more batches than the pool needs to stay full
+// (workers.Options.BatchSlots).
 //
 // A free call goes to the highest priority waiting; within a priority, to
 // the batch with the fewest recipients left (first come first served among
@@ -23,6 +25,7 @@ import (
 // finish one after another, each freeing its slot for the next (shared
 // evenly, batches started together would all end together, late).
 type Calls struct {
+	size    int
 	mu      sync.Mutex
 	free    int
 	seq     uint64
@@ -30,7 +33,26 @@ type Calls struct {
 }
 
 // NewCalls is a pool of n calls in flight (at least 1).
-func NewCalls(n int) *Calls { return &Calls{free: max(n, 1)} }
+func NewCalls(n int) *Calls { return &Calls{size: max(n, 1), free: max(n, 1)} }
+
+// capacity is the pool's size (0: no pool).
+func (c *Calls) capacity() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
+
+// spare reports whether no batch waits for a call: one more caller for a
+// batch takes nothing from the others.
+func (c *Calls) spare() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.noneWaitingUpTo(len(c.waiters) - 1)
+}
 
 // priorityRank orders the waiters: high first.
 func priorityRank(p fanout.Priority) int {

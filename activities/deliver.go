@@ -41,9 +41,11 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	// delivery's call depth (net/http) grows a fresh goroutine's stack
 	// every time, which cost ~7% of the delivery worker's CPU.
 	g, gctx := errgroup.WithContext(dctx)
-	for range min(conc, len(todo)) {
+	d.callers, d.maxCallers = min(conc, len(todo)), min(max(a.Calls.capacity(), conc), len(todo))
+	for range d.callers {
 		g.Go(func() error { return d.call(gctx) })
 	}
+	d.more = func() { g.Go(func() error { return d.call(gctx) }) }
 	left, braked, feedErr := d.run(ctx, gctx, todo)
 	close(d.work)
 	werr := g.Wait()
@@ -79,6 +81,12 @@ type deliveries struct {
 	marks   chan string   // delivered ids, to the flusher
 	flushed chan error    // the flusher's end
 	work    chan delivery // the feed's, to the callers
+
+	// callers run now, up to maxCallers (the pool's size): beyond the
+	// batch's concurrency only with calls no other batch waits for (more
+	// starts one).
+	callers, maxCallers int
+	more                func()
 }
 
 // beat heartbeats the progress (mu held).
@@ -230,12 +238,34 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 			}
 			return leftOver{}, braked, nil
 		}
-		select {
-		case d.work <- j:
-		case <-gctx.Done():
-			a.Calls.release()
+		if !d.handOver(gctx, j) {
 			return leftOver{}, braked, nil
 		}
+	}
+}
+
+// handOver gives j, with the call the feed took for it, to a free caller.
+// When every caller is busy and no other batch waits for a call, it starts
+// one more caller (up to maxCallers) rather than leave the call idle: a
+// batch uses what the worker's budget has spare beyond its concurrency (the
+// tail of an event, a lone big batch), and gives it back as calls end.
+// false: the callers stopped.
+func (d *deliveries) handOver(gctx context.Context, j delivery) bool {
+	select {
+	case d.work <- j:
+		return true
+	default:
+	}
+	if d.callers < d.maxCallers && d.a.Calls.spare() {
+		d.callers++
+		d.more()
+	}
+	select {
+	case d.work <- j:
+		return true
+	case <-gctx.Done():
+		d.a.Calls.release()
+		return false
 	}
 }
 
