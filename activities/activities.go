@@ -60,6 +60,12 @@ const (
 	ErrMessageTooLarge  = "MessageTooLarge"
 	ErrInvalidMessage   = "InvalidMessage"
 	ErrPageChanged      = "PageChanged"
+	ErrPageTooLarge     = "PageTooLarge"
+	ErrCursorLoop       = "CursorLoop"
+	ErrInvalidCursor    = "InvalidCursor"
+	ErrBatchGone        = "BatchGone"
+	// ErrPermanent: the handler's fanout.Permanent error.
+	ErrPermanent = "Permanent"
 )
 
 // invalidMessage is the error of a message fanout.Message.Validate refuses
@@ -177,19 +183,19 @@ func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput)
 	}
 	if len(p.Recipients) > in.Limit {
 		return PageResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("get_recipients returned %d recipients, over the limit %d", len(p.Recipients), in.Limit), "PageTooLarge", nil)
+			fmt.Sprintf("get_recipients returned %d recipients, over the limit %d", len(p.Recipients), in.Limit), ErrPageTooLarge, nil)
 	}
 	if len(p.Recipients) == 0 && p.NextCursor != "" && p.NextCursor == in.Cursor {
-		return PageResult{}, temporal.NewNonRetryableApplicationError("get_recipients returned the same cursor with an empty page", "CursorLoop", nil)
+		return PageResult{}, temporal.NewNonRetryableApplicationError("get_recipients returned the same cursor with an empty page", ErrCursorLoop, nil)
 	}
 	if len(p.NextCursor) > fanout.MaxCursorLen {
 		return PageResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("invalid_cursor: get_recipients returned a cursor of %d bytes, over %d", len(p.NextCursor), fanout.MaxCursorLen), "InvalidCursor", nil)
+			fmt.Sprintf("invalid_cursor: get_recipients returned a cursor of %d bytes, over %d", len(p.NextCursor), fanout.MaxCursorLen), ErrInvalidCursor, nil)
 	}
 	size := pageBytes(p)
 	if size > fanout.MaxPageBytes {
 		return PageResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("page_too_large: get_recipients returned a page of %d bytes of ids and addresses, over %d", size, fanout.MaxPageBytes), "PageTooLarge", nil)
+			fmt.Sprintf("page_too_large: get_recipients returned a page of %d bytes of ids and addresses, over %d", size, fanout.MaxPageBytes), ErrPageTooLarge, nil)
 	}
 	res := PageResult{Recipients: p.Recipients, NextCursor: p.NextCursor, Count: len(p.Recipients)}
 	// A page goes back to the workflow whole only when it is one small
@@ -252,7 +258,7 @@ func (a *Activities) loadBatch(ctx context.Context, h fanout.Handler, in Deliver
 	}
 	if h == nil {
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("batch %d: the staged copy is gone and type %q has no handler here to page again", ref.N, in.Event.Type), "BatchGone", nil)
+			fmt.Sprintf("batch %d: the staged copy is gone and type %q has no handler here to page again", ref.N, in.Event.Type), ErrBatchGone, nil)
 	}
 	p, err := h.GetRecipients(ctx, in.Event, ref.PageCursor, ref.PageLimit)
 	if err != nil {
@@ -293,7 +299,7 @@ func batchDigest(rs []fanout.Recipient) string {
 
 func nonRetryableIfPermanent(err error) error {
 	if fanout.IsPermanent(err) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), "Permanent", err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrPermanent, err)
 	}
 	return err
 }

@@ -29,8 +29,11 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	}
 	conc = max(conc, 1)
 	in.obs = newDeliverObs(in.Event.Type)
+	// Callers beyond conc only with spare calls from the pool (handOver);
+	// the flusher's queue holds a mark for each.
+	maxCallers := min(max(a.Calls.capacity(), conc), len(todo))
 	d := &deliveries{a: a, ctx: ctx, h: h, in: &in, out: make([]outcome, 0, len(todo)), done: skipped,
-		marks: make(chan string, conc), flushed: make(chan error, 1), work: make(chan delivery)}
+		marks: make(chan string, max(maxCallers, 1)), flushed: make(chan error, 1), work: make(chan delivery)}
 	d.feed = a.newDestFeed(ctx, h, in, todo, d.beatLocked)
 	// A failed flush stops the batch: what is delivered from then on could
 	// not be marked, and the retry would deliver it again.
@@ -41,7 +44,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	// delivery's call depth (net/http) grows a fresh goroutine's stack
 	// every time, which cost ~7% of the delivery worker's CPU.
 	g, gctx := errgroup.WithContext(dctx)
-	d.callers, d.maxCallers = min(conc, len(todo)), min(max(a.Calls.capacity(), conc), len(todo))
+	d.callers, d.maxCallers = min(conc, len(todo)), maxCallers
 	for range d.callers {
 		g.Go(func() error { return d.call(gctx) })
 	}

@@ -39,6 +39,15 @@ type FanoutInput struct {
 	ScheduleHorizon time.Duration `json:",omitempty"`
 }
 
+// Error types of the workflows' non-retryable errors.
+const (
+	ErrUnknownPriority   = "UnknownPriority"
+	ErrTooManyPages      = "TooManyPages"
+	ErrTooManyRecipients = "TooManyRecipients"
+	ErrInvalidDelay      = "InvalidDelay"
+	ErrInvalidEvent      = "InvalidEvent"
+)
+
 // FanoutState is what a run hands to the next one.
 type FanoutState struct {
 	Message   fanout.Message
@@ -351,7 +360,7 @@ func (r *fanoutRun) startState(p activities.PrepareResult) error {
 	}
 	if !r.st.Priority.Valid() {
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("unknown priority %q", r.st.Priority), "UnknownPriority", nil)
+			fmt.Sprintf("unknown priority %q", r.st.Priority), ErrUnknownPriority, nil)
 	}
 	return nil
 }
@@ -502,10 +511,10 @@ func (r *fanoutRun) audienceBound() error {
 		return nil
 	case p.Pages >= opts.MaxPages:
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("too_many_pages: paging stopped after %d pages (MaxPages); %d recipients found were delivered", p.Pages, p.Found), "TooManyPages", nil)
+			fmt.Sprintf("too_many_pages: paging stopped after %d pages (MaxPages); %d recipients found were delivered", p.Pages, p.Found), ErrTooManyPages, nil)
 	case opts.MaxRecipients > 0 && p.Found > opts.MaxRecipients:
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("too_many_recipients: paging stopped at %d recipients, over MaxRecipients %d", p.Found, opts.MaxRecipients), "TooManyRecipients", nil)
+			fmt.Sprintf("too_many_recipients: paging stopped at %d recipients, over MaxRecipients %d", p.Found, opts.MaxRecipients), ErrTooManyRecipients, nil)
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func (r *fanoutRun) awaitSchedule() error {
 		// of one's own): from the workflow's start.
 		var err error
 		if at, err = resolveDelay(d, workflow.GetInfo(r.ctx).WorkflowStartTime, r.in.horizon()); err != nil {
-			return temporal.NewNonRetryableApplicationError("invalid_delay: "+err.Error(), "InvalidDelay", nil)
+			return temporal.NewNonRetryableApplicationError("invalid_delay: "+err.Error(), ErrInvalidDelay, nil)
 		}
 	}
 	if at.IsZero() {
@@ -232,15 +232,15 @@ func (r *fanoutRun) occurrence() error {
 	}
 	var nominal time.Time
 	if err := converter.GetDefaultDataConverter().FromPayload(nominalPayload, &nominal); err != nil {
-		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's start time: "+err.Error(), "InvalidEvent", nil)
+		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's start time: "+err.Error(), ErrInvalidEvent, nil)
 	}
 	ev := &r.in.Event
 	id := vocab.OccurrenceID(ev.ID, nominal)
 	if err := fanout.ValidateType(ev.Type); err != nil {
-		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's event: "+err.Error(), "InvalidEvent", nil)
+		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's event: "+err.Error(), ErrInvalidEvent, nil)
 	}
 	if err := fanout.ValidateID(id); err != nil {
-		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's event id with its time: "+err.Error(), "InvalidEvent", nil)
+		return temporal.NewNonRetryableApplicationError("invalid_event: the schedule's event id with its time: "+err.Error(), ErrInvalidEvent, nil)
 	}
 	workflow.GetLogger(r.ctx).Info("occurrence of a recurring broadcast", "event", id, "nominal", nominal)
 	ev.ID = id
