@@ -162,7 +162,10 @@ type TypeOptions struct {
 	// Window is the number of DeliveryBatch children open at once.
 	Window int `json:"window,omitempty"`
 	// DeliverConcurrency is the number of concurrent Deliver calls inside one
-	// batch activity.
+	// batch activity while other batches wait for the worker's calls; a
+	// batch uses more of the worker's budget when no other batch waits
+	// (the calls in flight stay within the budget; per-destination limits
+	// and breakers still apply to each call).
 	DeliverConcurrency int `json:"deliver_concurrency,omitempty"`
 	// MaxAttempts is the number of delivery attempts per recipient before it
 	// is reported failed.
