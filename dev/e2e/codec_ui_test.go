@@ -28,9 +28,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/dev/stack"
 	"github.com/fanout/fanout/internal/codec"
 	"github.com/fanout/fanout/internal/codecserver"
-	"github.com/fanout/fanout/dev/stack"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/dev/stack"
+	"github.com/fanout/fanout/internal/config"
 )
 
 // TestCheckEvictionRealRedis: against a real redis-server started with each

@@ -21,8 +21,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/dev/stack"
+	"github.com/fanout/fanout/internal/config"
 )
 
 // TestRedisClientCluster: FANOUT_REDIS_MODE=cluster with one seed node, an

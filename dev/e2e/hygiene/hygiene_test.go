@@ -45,10 +45,10 @@ import (
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
-	"github.com/fanout/fanout/internal/codec"
-	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/dev/demo"
 	"github.com/fanout/fanout/dev/stack"
+	"github.com/fanout/fanout/internal/codec"
+	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/internal/kafkatopic/kafkatest"
 	"github.com/fanout/fanout/starter"

@@ -34,9 +34,9 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/fanout/fanout"
-	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/dev/demo"
 	"github.com/fanout/fanout/dev/stack"
+	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
