@@ -255,14 +255,19 @@ func stepContext(ctx workflow.Context) workflow.Context {
 		// forever; an endpoint down for a day fails the event with the
 		// activity's last error.
 		ScheduleToCloseTimeout: 24 * time.Hour,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:    time.Second,
-			BackoffCoefficient: 2,
-			MaximumInterval:    time.Minute,
-			MaximumAttempts:    0, // get_recipients may be slow or flaky; keep trying
-		},
+		RetryPolicy:            retryUntilItPasses(),
 	})
 }
+
+// retryUntilItPasses is the retry policy of the steps that retry until
+// their bound (schedule-to-close): get_recipients may be slow or flaky,
+// Kafka may be down a while.
+func retryUntilItPasses() *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute}
+}
+
+// noRetry is the retry policy of a step tried once.
+func noRetry() *temporal.RetryPolicy { return &temporal.RetryPolicy{MaximumAttempts: 1} }
 
 // localStepContext is the context the event's steps run in first, as
 // local activities (see localThenRemote).
@@ -331,7 +336,7 @@ func (r *fanoutRun) openEvent() (activities.OpenResult, error) {
 	octx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: open,
 		StartToCloseTimeout:    open,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		RetryPolicy:            noRetry(),
 	})
 	var o activities.OpenResult
 	err := workflow.ExecuteLocalActivity(octx, a.Open, activities.OpenInput{Event: in.Event, Rate: rate, PaceFrom: from}).Get(ctx, &o)
@@ -670,7 +675,7 @@ func (r *fanoutRun) deadLetterFailed(in activities.DeliverBatchInput, err error)
 		StartToCloseTimeout:    10 * time.Minute,
 		HeartbeatTimeout:       time.Minute,
 		ScheduleToCloseTimeout: 24 * time.Hour, // Kafka may be down a while
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute},
+		RetryPolicy:            retryUntilItPasses(),
 	})
 	return workflow.ExecuteActivity(actx, a.DeadLetterBatch, activities.DeadLetterBatchInput{Batch: in, Reason: err.Error()})
 }
@@ -910,7 +915,7 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 			lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 				ScheduleToCloseTimeout: budget,
 				StartToCloseTimeout:    budget,
-				RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+				RetryPolicy:            noRetry(),
 			})
 			err = localThenRemote(ctx, lctx, dctx, a.DeliverBatch, in, &res)
 		} else {

@@ -74,43 +74,68 @@ func RedisClient(c RedisConn) (redis.UniversalClient, error) {
 // seed nodes of a cluster or the sentinels; the options are go-redis's URL
 // options of the mode (dial_timeout, pool_size, ...).
 func (c RedisConn) setup() (redisSetup, error) {
-	raw := c.URL
+	u, hosts, query, err := parseRedisURL(c.URL)
+	if err != nil {
+		return redisSetup{}, err
+	}
+	mode, err := c.mode(hosts)
+	if err != nil {
+		return redisSetup{}, err
+	}
+	cred, err := c.credentials(u)
+	if err != nil {
+		return redisSetup{}, err
+	}
+	return redisOptions(c.URL, mode, u, hosts, query, cred, c.MasterName)
+}
+
+// redisBad is the error of a FANOUT_REDIS_URL the setup refuses, which
+// shows the URL without its password.
+func redisBad(raw, format string, args ...any) error {
+	return fmt.Errorf("FANOUT_REDIS_URL: %s: %s", shownURL(raw), fmt.Sprintf(format, args...))
+}
+
+// parseRedisURL checks FANOUT_REDIS_URL's scheme, hosts and options and
+// returns it parsed, with its hosts and query.
+func parseRedisURL(raw string) (*url.URL, []string, url.Values, error) {
 	if raw == "" {
-		return redisSetup{}, errors.New("FANOUT_REDIS_URL: empty")
+		return nil, nil, nil, errors.New("FANOUT_REDIS_URL: empty")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// url.Parse's error quotes the URL, and its reason may quote a
 		// piece of the password ("invalid port"): show neither.
-		return redisSetup{}, fmt.Errorf("FANOUT_REDIS_URL: %s is not a URL (with several hosts, give each its port; percent-encode reserved characters of the user and password, or give the password in FANOUT_REDIS_PASSWORD_FILE)", shownURL(raw))
-	}
-	bad := func(format string, args ...any) (redisSetup, error) {
-		return redisSetup{}, fmt.Errorf("FANOUT_REDIS_URL: %s: %s", shownURL(raw), fmt.Sprintf(format, args...))
+		return nil, nil, nil, fmt.Errorf("FANOUT_REDIS_URL: %s is not a URL (with several hosts, give each its port; percent-encode reserved characters of the user and password, or give the password in FANOUT_REDIS_PASSWORD_FILE)", shownURL(raw))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return bad("scheme %q: want redis:// or rediss:// (TLS)", u.Scheme)
+		return nil, nil, nil, redisBad(raw, "scheme %q: want redis:// or rediss:// (TLS)", u.Scheme)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return bad("no host: want redis[s]://[user[:password]@]host[:port][,host[:port]...][/db]")
+		return nil, nil, nil, redisBad(raw, "no host: want redis[s]://[user[:password]@]host[:port][,host[:port]...][/db]")
 	}
 	hosts, err := splitHosts(u.Host)
 	if err != nil {
-		return bad("%v", err)
+		return nil, nil, nil, redisBad(raw, "%v", err)
 	}
 	query := u.Query()
 	for _, k := range []string{"password", "username", "sentinel_password", "sentinel_username", "addr", "master_name"} {
 		if query.Has(k) {
 			switch k {
 			case "addr":
-				return bad("option addr: list the hosts comma-separated in the URL's host")
+				return nil, nil, nil, redisBad(raw, "option addr: list the hosts comma-separated in the URL's host")
 			case "master_name":
-				return bad("option master_name: set FANOUT_REDIS_MASTER_NAME")
+				return nil, nil, nil, redisBad(raw, "option master_name: set FANOUT_REDIS_MASTER_NAME")
 			default:
-				return bad("option %s: give the user and password in the URL's user info or FANOUT_REDIS_PASSWORD_FILE (FANOUT_REDIS_SENTINEL_PASSWORD_FILE for the sentinels)", k)
+				return nil, nil, nil, redisBad(raw, "option %s: give the user and password in the URL's user info or FANOUT_REDIS_PASSWORD_FILE (FANOUT_REDIS_SENTINEL_PASSWORD_FILE for the sentinels)", k)
 			}
 		}
 	}
+	return u, hosts, query, nil
+}
 
+// mode is FANOUT_REDIS_MODE, or the mode the URL's hosts and
+// FANOUT_REDIS_MASTER_NAME imply (auto), checked against them.
+func (c RedisConn) mode(hosts []string) (string, error) {
 	mode := strings.ToLower(strings.TrimSpace(c.Mode))
 	switch mode {
 	case "", RedisAuto:
@@ -124,50 +149,65 @@ func (c RedisConn) setup() (redisSetup, error) {
 		}
 	case RedisSingle, RedisCluster, RedisSentinel:
 	default:
-		return redisSetup{}, fmt.Errorf("FANOUT_REDIS_MODE: %q: want auto, single, cluster or sentinel", c.Mode)
+		return "", fmt.Errorf("FANOUT_REDIS_MODE: %q: want auto, single, cluster or sentinel", c.Mode)
 	}
 	switch {
 	case mode == RedisSingle && len(hosts) > 1:
-		return bad("%d hosts, but FANOUT_REDIS_MODE is single (several hosts are a cluster's seed nodes or the sentinels)", len(hosts))
+		return "", redisBad(c.URL, "%d hosts, but FANOUT_REDIS_MODE is single (several hosts are a cluster's seed nodes or the sentinels)", len(hosts))
 	case mode == RedisSentinel && c.MasterName == "":
-		return redisSetup{}, errors.New("FANOUT_REDIS_MASTER_NAME: empty; Sentinel mode needs the name of the primary the sentinels watch")
+		return "", errors.New("FANOUT_REDIS_MASTER_NAME: empty; Sentinel mode needs the name of the primary the sentinels watch")
 	case mode != RedisSentinel && c.MasterName != "":
-		return redisSetup{}, fmt.Errorf("FANOUT_REDIS_MASTER_NAME: set, but FANOUT_REDIS_MODE is %s (it names a Sentinel primary)", mode)
+		return "", fmt.Errorf("FANOUT_REDIS_MASTER_NAME: set, but FANOUT_REDIS_MODE is %s (it names a Sentinel primary)", mode)
 	case mode != RedisSentinel && c.SentinelPasswordFile != "":
-		return redisSetup{}, fmt.Errorf("FANOUT_REDIS_SENTINEL_PASSWORD_FILE: set, but FANOUT_REDIS_MODE is %s", mode)
+		return "", fmt.Errorf("FANOUT_REDIS_SENTINEL_PASSWORD_FILE: set, but FANOUT_REDIS_MODE is %s", mode)
 	}
+	return mode, nil
+}
 
-	user := u.User.Username()
-	password, _ := u.User.Password()
+// redisCredentials are the user, passwords and TLS roots of the
+// connections.
+type redisCredentials struct {
+	user, password, sentinelPassword string
+	roots                            *x509.CertPool
+}
+
+// credentials reads the user and password from the URL or the password
+// file, the sentinels' password file, and the TLS CA file.
+func (c RedisConn) credentials(u *url.URL) (redisCredentials, error) {
+	var cr redisCredentials
+	var err error
+	cr.user = u.User.Username()
+	cr.password, _ = u.User.Password()
 	if c.PasswordFile != "" {
-		if password, err = ReadSecretFile("FANOUT_REDIS_PASSWORD_FILE", c.PasswordFile); err != nil {
-			return redisSetup{}, err
+		if cr.password, err = ReadSecretFile("FANOUT_REDIS_PASSWORD_FILE", c.PasswordFile); err != nil {
+			return cr, err
 		}
 	}
-	var sentinelPassword string
 	if c.SentinelPasswordFile != "" {
-		if sentinelPassword, err = ReadSecretFile("FANOUT_REDIS_SENTINEL_PASSWORD_FILE", c.SentinelPasswordFile); err != nil {
-			return redisSetup{}, err
+		if cr.sentinelPassword, err = ReadSecretFile("FANOUT_REDIS_SENTINEL_PASSWORD_FILE", c.SentinelPasswordFile); err != nil {
+			return cr, err
 		}
 	}
-	var roots *x509.CertPool
 	if c.TLSCAFile != "" {
 		if u.Scheme != "rediss" {
-			return redisSetup{}, fmt.Errorf("FANOUT_REDIS_TLS_CA_FILE: set, but FANOUT_REDIS_URL is not rediss:// (TLS)")
+			return cr, fmt.Errorf("FANOUT_REDIS_TLS_CA_FILE: set, but FANOUT_REDIS_URL is not rediss:// (TLS)")
 		}
-		if roots, err = readCAFile(c.TLSCAFile); err != nil {
-			return redisSetup{}, err
+		if cr.roots, err = readCAFile(c.TLSCAFile); err != nil {
+			return cr, err
 		}
 	}
+	return cr, nil
+}
 
-	// go-redis parses the rest (database, options) from a URL without the
-	// user info, so no error of its can quote a password.
+// redisOptions builds go-redis's options of the mode. go-redis parses the
+// rest (database, options) from a URL without the user info, so no error
+// of its can quote a password.
+func redisOptions(raw, mode string, u *url.URL, hosts []string, query url.Values, cr redisCredentials, masterName string) (redisSetup, error) {
 	plain := url.URL{Scheme: u.Scheme, Host: hosts[0], Path: u.Path}
 	goRedisErr := func(err error) (redisSetup, error) {
-		return bad("%s", strings.TrimPrefix(err.Error(), "redis: "))
+		return redisSetup{}, redisBad(raw, "%s", strings.TrimPrefix(err.Error(), "redis: "))
 	}
 	s := redisSetup{mode: mode}
-	var tlsFrom *tls.Config
 	switch mode {
 	case RedisSingle:
 		plain.RawQuery = query.Encode()
@@ -175,13 +215,12 @@ func (c RedisConn) setup() (redisSetup, error) {
 		if err != nil {
 			return goRedisErr(err)
 		}
-		o.Username, o.Password = user, password
-		tlsFrom = o.TLSConfig
-		o.TLSConfig = tlsConfig(tlsFrom, roots)
+		o.Username, o.Password = cr.user, cr.password
+		o.TLSConfig = tlsConfig(o.TLSConfig, cr.roots)
 		s.single = o
 	case RedisCluster:
 		if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
-			return bad("database %q: a Redis Cluster has only database 0", p)
+			return redisSetup{}, redisBad(raw, "database %q: a Redis Cluster has only database 0", p)
 		}
 		plain.Path = ""
 		for _, h := range hosts[1:] {
@@ -192,12 +231,11 @@ func (c RedisConn) setup() (redisSetup, error) {
 		if err != nil {
 			return goRedisErr(err)
 		}
-		o.Username, o.Password = user, password
-		tlsFrom = o.TLSConfig
-		o.TLSConfig = tlsConfig(tlsFrom, roots)
+		o.Username, o.Password = cr.user, cr.password
+		o.TLSConfig = tlsConfig(o.TLSConfig, cr.roots)
 		s.cluster = o
 	case RedisSentinel:
-		query.Set("master_name", c.MasterName)
+		query.Set("master_name", masterName)
 		for _, h := range hosts[1:] {
 			query.Add("addr", h)
 		}
@@ -206,10 +244,9 @@ func (c RedisConn) setup() (redisSetup, error) {
 		if err != nil {
 			return goRedisErr(err)
 		}
-		o.Username, o.Password = user, password
-		o.SentinelPassword = sentinelPassword
-		tlsFrom = o.TLSConfig
-		o.TLSConfig = tlsConfig(tlsFrom, roots)
+		o.Username, o.Password = cr.user, cr.password
+		o.SentinelPassword = cr.sentinelPassword
+		o.TLSConfig = tlsConfig(o.TLSConfig, cr.roots)
 		s.failover = o
 	}
 	return s, nil

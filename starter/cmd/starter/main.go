@@ -188,45 +188,9 @@ func runBridge(ctx context.Context, args []string) error {
 }
 
 func runPublish(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
-	id := fs.String("id", "", "event id (required; with -count N, ids are <id>-<i>)")
-	typ := fs.String("type", "webhook", "event type")
-	prio := fs.String("priority", "", "priority: high, normal, low (empty: the type's default)")
-	payload := fs.String("payload", "{}", "JSON payload")
-	count := fs.Int("count", 1, "number of events to publish")
-	traceparent := fs.String("traceparent", "", "W3C traceparent of the events' parent span (default: each event starts a trace)")
-	tracestate := fs.String("tracestate", "", "W3C tracestate to go with -traceparent")
-	deliverAt := fs.String("deliver-at", "", "schedule the events for this RFC 3339 time (deliver_at), e.g. 2026-12-24T09:00:00Z")
-	delay := fs.String("delay", "", "schedule the events this long after publishing (delay, a Go duration: 90s, 2h)")
-	h := cli.Help{Name: "starter publish", Args: "-id ID [flags]", Summary: `starter publish writes events ({"id","type","priority","payload"} envelopes) to the events
-topic, for demos and tests; producers write the same records with any Kafka client.`,
-		Env:   []cli.EnvGroup{{Vars: config.EnvVars(starter.Kafka{})}},
-		Notes: []string{cli.OTelNote}}
-	if err := cli.Parse(fs, args, h, false); err != nil {
+	f, err := parsePublishFlags(args)
+	if err != nil {
 		return err
-	}
-	if *id == "" {
-		return cli.Usagef("-id is required")
-	}
-	if !json.Valid([]byte(*payload)) {
-		return cli.Usagef("-payload is not valid JSON")
-	}
-	if *count < 1 {
-		return cli.Usagef("-count %d: want 1 or more", *count)
-	}
-	var at time.Time
-	switch {
-	case *deliverAt != "" && *delay != "":
-		return cli.Usagef("-deliver-at and -delay: give one of them")
-	case *deliverAt != "":
-		var err error
-		if at, err = time.Parse(time.RFC3339, *deliverAt); err != nil {
-			return cli.Usagef("-deliver-at %q is not an RFC 3339 time such as 2026-12-24T09:00:00Z", *deliverAt)
-		}
-	case *delay != "":
-		if d, err := time.ParseDuration(*delay); err != nil || d < 0 {
-			return cli.Usagef("-delay %q is not a non-negative Go duration such as 90s or 2h", *delay)
-		}
 	}
 	var cfg starter.Kafka
 	if err := config.Load(&cfg); err != nil {
@@ -247,37 +211,23 @@ topic, for demos and tests; producers write the same records with any Kafka clie
 	defer shutdown(tel)
 	tracer := tel.TracerProvider.Tracer("github.com/fanout/fanout/starter")
 	parent := ctx
-	if *traceparent != "" {
+	if f.traceparent != "" {
 		var ok bool
-		if parent, ok = telemetry.ContextWithTraceparent(ctx, *traceparent, *tracestate); !ok {
-			return cli.Usagef("-traceparent %q is not a valid W3C traceparent", *traceparent)
+		if parent, ok = telemetry.ContextWithTraceparent(ctx, f.traceparent, f.tracestate); !ok {
+			return cli.Usagef("-traceparent %q is not a valid W3C traceparent", f.traceparent)
 		}
 		if !tel.Exporting() {
 			tracer = tracenoop.NewTracerProvider().Tracer("")
 		}
 	}
-	msgs := make([]kafka.Message, 0, *count)
-	spans := make([]trace.Span, 0, *count)
+	msgs, spans, err := f.records(parent, tracer, cfg.EventsTopic)
 	defer func() {
 		for _, s := range spans {
 			s.End()
 		}
 	}()
-	for i := range *count {
-		evID := *id
-		if *count > 1 {
-			evID = fmt.Sprintf("%s-%d", *id, i)
-		}
-		sctx, span := tracer.Start(parent, "publish "+cfg.EventsTopic, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
-				attribute.String("messaging.destination.name", cfg.EventsTopic), attribute.String("fanout.event.id", evID)))
-		spans = append(spans, span)
-		m, err := starter.Record(sctx, starter.Envelope{ID: evID, Type: *typ, Priority: fanout.Priority(*prio), Payload: json.RawMessage(*payload),
-			DeliverAt: at, Delay: *delay})
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, m)
+	if err != nil {
+		return err
 	}
 	pub := starter.NewPublisher(kc, cfg.EventsTopic)
 	defer func() { _ = pub.Close() }()
@@ -289,6 +239,81 @@ topic, for demos and tests; producers write the same records with any Kafka clie
 		fmt.Printf("trace id %s\n", spans[0].SpanContext().TraceID())
 	}
 	return nil
+}
+
+// publishFlags are starter publish's flags, checked.
+type publishFlags struct {
+	id, typ, prio, payload  string
+	count                   int
+	traceparent, tracestate string
+	at                      time.Time // -deliver-at
+	delay                   string
+}
+
+// parsePublishFlags parses and checks starter publish's flags.
+func parsePublishFlags(args []string) (publishFlags, error) {
+	var f publishFlags
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	fs.StringVar(&f.id, "id", "", "event id (required; with -count N, ids are <id>-<i>)")
+	fs.StringVar(&f.typ, "type", "webhook", "event type")
+	fs.StringVar(&f.prio, "priority", "", "priority: high, normal, low (empty: the type's default)")
+	fs.StringVar(&f.payload, "payload", "{}", "JSON payload")
+	fs.IntVar(&f.count, "count", 1, "number of events to publish")
+	fs.StringVar(&f.traceparent, "traceparent", "", "W3C traceparent of the events' parent span (default: each event starts a trace)")
+	fs.StringVar(&f.tracestate, "tracestate", "", "W3C tracestate to go with -traceparent")
+	deliverAt := fs.String("deliver-at", "", "schedule the events for this RFC 3339 time (deliver_at), e.g. 2026-12-24T09:00:00Z")
+	fs.StringVar(&f.delay, "delay", "", "schedule the events this long after publishing (delay, a Go duration: 90s, 2h)")
+	h := cli.Help{Name: "starter publish", Args: "-id ID [flags]", Summary: `starter publish writes events ({"id","type","priority","payload"} envelopes) to the events
+topic, for demos and tests; producers write the same records with any Kafka client.`,
+		Env:   []cli.EnvGroup{{Vars: config.EnvVars(starter.Kafka{})}},
+		Notes: []string{cli.OTelNote}}
+	if err := cli.Parse(fs, args, h, false); err != nil {
+		return f, err
+	}
+	switch {
+	case f.id == "":
+		return f, cli.Usagef("-id is required")
+	case !json.Valid([]byte(f.payload)):
+		return f, cli.Usagef("-payload is not valid JSON")
+	case f.count < 1:
+		return f, cli.Usagef("-count %d: want 1 or more", f.count)
+	case *deliverAt != "" && f.delay != "":
+		return f, cli.Usagef("-deliver-at and -delay: give one of them")
+	case *deliverAt != "":
+		var err error
+		if f.at, err = time.Parse(time.RFC3339, *deliverAt); err != nil {
+			return f, cli.Usagef("-deliver-at %q is not an RFC 3339 time such as 2026-12-24T09:00:00Z", *deliverAt)
+		}
+	case f.delay != "":
+		if d, err := time.ParseDuration(f.delay); err != nil || d < 0 {
+			return f, cli.Usagef("-delay %q is not a non-negative Go duration such as 90s or 2h", f.delay)
+		}
+	}
+	return f, nil
+}
+
+// records are the events' records for topic, each with its publish span
+// (ended by the caller, also on an error).
+func (f publishFlags) records(parent context.Context, tracer trace.Tracer, topic string) ([]kafka.Message, []trace.Span, error) {
+	msgs := make([]kafka.Message, 0, f.count)
+	spans := make([]trace.Span, 0, f.count)
+	for i := range f.count {
+		evID := f.id
+		if f.count > 1 {
+			evID = fmt.Sprintf("%s-%d", f.id, i)
+		}
+		sctx, span := tracer.Start(parent, "publish "+topic, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.system", "kafka"), attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.destination.name", topic), attribute.String("fanout.event.id", evID)))
+		spans = append(spans, span)
+		m, err := starter.Record(sctx, starter.Envelope{ID: evID, Type: f.typ, Priority: fanout.Priority(f.prio), Payload: json.RawMessage(f.payload),
+			DeliverAt: f.at, Delay: f.delay})
+		if err != nil {
+			return nil, spans, err
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, spans, nil
 }
 
 // shutdown flushes the process's telemetry (pending spans) within 5s.

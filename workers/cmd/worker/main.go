@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -16,11 +17,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/cli"
+	"github.com/fanout/fanout/internal/codec"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/starter"
@@ -81,20 +85,9 @@ func parseArgs(args []string) error {
 }
 
 func run() error {
-	// The worker pool's settings and the stock webhook type's.
-	var cfg workers.Config
-	var hook webhook.Config
-	if err := config.Load(&cfg, &hook); err != nil {
+	cfg, hook, bcfg, err := loadSettings()
+	if err != nil {
 		return err
-	}
-	if err := cfg.CheckType(hook.TypeOptions()); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	var bcfg starter.Settings
-	if cfg.Bridge {
-		if err := config.Load(&bcfg); err != nil {
-			return err
-		}
 	}
 	log := telemetry.Logger(config.Logger(cfg.LogLevel)) // trace_id, span_id in a span
 	if os.Getenv("GOGC") == "" {
@@ -141,7 +134,29 @@ func run() error {
 		return err
 	}
 	defer tc.Close()
+	return serve(ctx, cfg, hook, bcfg, log, tel, keys, rdb, tc)
+}
 
+// loadSettings loads the worker pool's settings, the stock webhook type's
+// and, with FANOUT_BRIDGE, the bridge's.
+func loadSettings() (cfg workers.Config, hook webhook.Config, bcfg starter.Settings, err error) {
+	if err = config.Load(&cfg, &hook); err != nil {
+		return
+	}
+	if err = cfg.CheckType(hook.TypeOptions()); err != nil {
+		err = fmt.Errorf("config: %w", err)
+		return
+	}
+	if cfg.Bridge {
+		err = config.Load(&bcfg)
+	}
+	return
+}
+
+// serve registers the webhook type, opens the deliveries DLQ and runs the
+// workers (and the bridge, with FANOUT_BRIDGE) until ctx ends.
+func serve(ctx context.Context, cfg workers.Config, hook webhook.Config, bcfg starter.Settings, log *slog.Logger,
+	tel *telemetry.Telemetry, keys *codec.Keyring, rdb redis.UniversalClient, tc client.Client) error {
 	brake, _ := cfg.LowPriorityBrakeRate() // checked by Load
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, hook.Handler(cfg.DeliveriesInFlight(hook.DeliverConcurrency)), hook.TypeOptions())
