@@ -36,7 +36,7 @@ import (
 //
 // So at most once, a recipient is called at most once per attempt id unless
 // an operator redrives it, and what a crash loses is only the calls in flight
-// at that moment: at most the batch's concurrency per batch running.
+// at that moment: at most the worker's budget of calls (activities.Calls).
 
 // Reasons that start the error of an at-most-once recipient given up.
 const (

@@ -22,8 +22,8 @@ import (
 )
 
 const (
-	dashboardFile = "../../../../deploy/helm/fanout/files/dashboard.json"
-	rulesFile     = "../../../../deploy/helm/fanout/files/rules.yaml"
+	dashboardFile = "../../../deploy/helm/fanout/files/dashboard.json"
+	rulesFile     = "../../../deploy/helm/fanout/files/rules.yaml"
 )
 
 // promExpr is a PromQL expression and where it comes from.
