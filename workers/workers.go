@@ -160,10 +160,9 @@ func (o Options) batchSlots() int {
 // SlotsPerBudget is how many batches a delivery queue runs at once per
 // batch of the budget (BatchSlots): twice as many batches as the calls
 // need, so a batch's tail (its last, slowest calls) never leaves the
-// budget idle; the calls in flight stay bounded by the shared pool. With
-// a sink answering in 50 ms, one slot per budget batch delivered at 0.5
-// of a bare loop with the same calls in flight (a batch waits for its
-// slowest call before its slot takes the next).
+// budget idle; the calls in flight stay bounded by the shared pool. (With
+// one slot per budget batch, each slot waits for its batch's slowest call
+// before it takes the next batch.)
 const SlotsPerBudget = 2
 
 // callBudget is the calls in flight the worker's batches share.
