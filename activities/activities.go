@@ -101,6 +101,7 @@ type PrepareResult struct {
 // Prepare runs generate_broadcast_message once per event and resolves the
 // event type's options, so the workflow carries both from then on.
 func (a *Activities) Prepare(ctx context.Context, in PrepareInput) (PrepareResult, error) {
+	defer keepAlive(ctx)()
 	h, opts, err := a.handler(in.Event.Type)
 	if err != nil {
 		return PrepareResult{}, err
@@ -173,6 +174,7 @@ func (p PageResult) Len() int {
 // the page is more than one final batch, it stages the page's batches in
 // Redis and returns refs, keeping recipients out of the workflow history.
 func (a *Activities) RecipientsPage(ctx context.Context, in RecipientsPageInput) (PageResult, error) {
+	defer keepAlive(ctx)()
 	h, _, err := a.handler(in.Event.Type)
 	if err != nil {
 		return PageResult{}, err

@@ -251,6 +251,9 @@ func (r *fanoutRun) run() (FanoutResult, error) {
 func stepContext(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
+		// A step whose worker is gone is tried again after this, not
+		// after minutes; the steps heartbeat while they run.
+		HeartbeatTimeout: activities.StepHeartbeat,
 		// get_recipients may be slow or flaky: keep trying, but not
 		// forever; an endpoint down for a day fails the event with the
 		// activity's last error.

@@ -1,0 +1,46 @@
+package activities
+
+import (
+	"context"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+)
+
+// StepHeartbeat is the heartbeat timeout of the event's steps (Prepare,
+// RecipientsPage) run as activities: a step whose worker died, or whose
+// task never reached a worker, is tried again after it instead of after
+// its start-to-close timeout (minutes). The steps heartbeat every third of
+// it while they run (keepAlive), whatever they wait on; a step done sooner
+// sends none.
+const StepHeartbeat = 30 * time.Second
+
+// keepAlive heartbeats the activity every third of its heartbeat timeout
+// until stop is called: it tells Temporal that the worker running it is
+// alive, not how far it got. A no-op in a local activity, or an activity
+// without a heartbeat timeout.
+func keepAlive(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	info := activity.GetInfo(ctx)
+	if info.IsLocalActivity || info.HeartbeatTimeout <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(info.HeartbeatTimeout / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
