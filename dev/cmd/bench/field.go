@@ -90,6 +90,8 @@ func (b *bench) fairness(ctx context.Context) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
+	queued := b.overtakes(ctx, []string{big[0].ID, big[1].ID})
+	b.printTimelines(ctx)
 	last := done[big[0].ID]
 	if t := done[big[1].ID]; t.After(last) {
 		last = t
@@ -98,8 +100,8 @@ func (b *bench) fairness(ctx context.Context) (Row, error) {
 	same, high := beside[0]/alone[0], beside[1]/alone[1]
 	return Row{Size: 2*b.sz.fairBig + 2*b.sz.fairSmall, Seconds: secs, DeliveriesPerSec: float64(2*b.sz.fairBig) / secs,
 		Ratio: same, RatioOf: "same priority beside/alone",
-		Notes: fmt.Sprintf("two %d-recipient normal events (deliveries/s: theirs combined); a %d-recipient normal event %.0f ms beside them, %.0f ms alone (%.2fx); a high one %.0f ms, %.0f ms alone (%.2fx)",
-			b.sz.fairBig, b.sz.fairSmall, beside[0], alone[0], same, beside[1], alone[1], high)}, nil
+		Notes: fmt.Sprintf("two %d-recipient normal events (deliveries/s: theirs combined); a %d-recipient normal event %.0f ms beside them, %.0f ms alone (%.2fx); a high one %.0f ms, %.0f ms alone (%.2fx); %s",
+			b.sz.fairBig, b.sz.fairSmall, beside[0], alone[0], same, beside[1], alone[1], high, queued)}, nil
 }
 
 // fairWait bounds the wait for the big events of fairness to get going.
@@ -119,6 +121,7 @@ func (b *bench) latencies(ctx context.Context, label string, evs ...stack.Event)
 	ms := make([]float64, len(evs))
 	for i, e := range evs {
 		ms[i] = float64(done[e.ID].Sub(t0).Microseconds()) / 1000
+		b.traced = append(b.traced, traced{label, e.ID, t0})
 	}
 	b.settle(ctx)
 	return ms, nil

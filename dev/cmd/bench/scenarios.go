@@ -40,6 +40,8 @@ type bench struct {
 	stamp string
 	seq   int
 
+	traced []traced // events whose timelines the scenario prints (fairness)
+
 	heavyRate float64 // deliveries/s of the heavy scenario
 	heavyCPU  float64 // its CPU µs per delivery, every process
 	floorRate float64 // deliveries/s of the floor

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/history/v1"
+
+	"github.com/fanout/fanout/dev/stack"
+	"github.com/fanout/fanout/workflows/vocab"
+)
+
+// traced is an event whose timeline the scenario prints at its end, once
+// its workflows are closed.
+type traced struct {
+	label, id string
+	t0        time.Time
+}
+
+// printTimelines prints the timelines of the traced events and forgets them.
+func (b *bench) printTimelines(ctx context.Context) {
+	for _, t := range b.traced {
+		b.timeline(ctx, t.label, t.id, t.t0)
+	}
+	b.traced = nil
+}
+
+// timeline prints where an event's time went, read from its histories: each
+// workflow task and activity of the event workflow and of its first batch,
+// as milliseconds after t0 (the publish) from scheduled to started to
+// closed. A task's wait between scheduled and started is its queue's.
+func (b *bench) timeline(ctx context.Context, label, eventID string, t0 time.Time) {
+	wid := stack.WorkflowID(eventID)
+	for _, id := range []string{wid, vocab.BatchWorkflowID(wid, 0), vocab.BatchWorkflowID(wid, 1)} {
+		line, err := b.historyLine(ctx, id, t0)
+		if err != nil {
+			fmt.Fprintf(b.out, "[bench %s] timeline of %s: %v\n", label, id, err)
+			continue
+		}
+		fmt.Fprintf(b.out, "[bench %s] %s: %s\n", label, id, line)
+	}
+}
+
+func (b *bench) historyLine(ctx context.Context, id string, t0 time.Time) (string, error) {
+	it := b.st.TC.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	ms := func(e *history.HistoryEvent) int64 { return e.GetEventTime().AsTime().Sub(t0).Milliseconds() }
+	scheduled := map[int64]int64{}
+	names := map[int64]string{}
+	var parts []string
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return "", err
+		}
+		switch e.GetEventType() {
+		case enums.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			parts = append(parts, fmt.Sprintf("started@%d", ms(e)))
+		case enums.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+			scheduled[e.GetEventId()] = ms(e)
+		case enums.EVENT_TYPE_MARKER_RECORDED:
+			parts = append(parts, fmt.Sprintf("marker@%d", ms(e)))
+		case enums.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			s := e.GetWorkflowTaskStartedEventAttributes().GetScheduledEventId()
+			parts = append(parts, fmt.Sprintf("wft %d→%d", scheduled[s], ms(e)))
+		case enums.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			scheduled[e.GetEventId()] = ms(e)
+			names[e.GetEventId()] = e.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName()
+			parts = append(parts, fmt.Sprintf("sched@%d", ms(e)))
+		case enums.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			s := e.GetActivityTaskStartedEventAttributes().GetScheduledEventId()
+			parts = append(parts, fmt.Sprintf("%s %d→%d", names[s], scheduled[s], ms(e)))
+		case enums.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+			parts = append(parts, fmt.Sprintf("done@%d", ms(e)))
+		case enums.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+			parts = append(parts, fmt.Sprintf("child@%d", ms(e)))
+		case enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+			parts = append(parts, fmt.Sprintf("childstarted@%d", ms(e)))
+		case enums.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+			parts = append(parts, fmt.Sprintf("childdone@%d", ms(e)))
+		case enums.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+			parts = append(parts, fmt.Sprintf("completed@%d", ms(e)))
+		}
+	}
+	return strings.Join(parts, " "), nil
+}
+
+// deliverStarts returns when each DeliverBatch activity of a workflow was
+// scheduled and started (its first attempt), in history order.
+func (b *bench) deliverStarts(ctx context.Context, id string) (sched, started []time.Time, err error) {
+	it := b.st.TC.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return nil, nil, err
+		}
+		switch e.GetEventType() {
+		case enums.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			sched = append(sched, e.GetEventTime().AsTime())
+		case enums.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+			started = append(started, e.GetEventTime().AsTime())
+		}
+	}
+	return sched, started, nil
+}
+
+// overtakes reads, for each batch of the small events traced beside the
+// big ones, how long it waited on its queue (from its DeliverBatch's
+// scheduling to its start) and how many batches of the big events started
+// meanwhile, prints them, and sums them up for the row's notes. With fair
+// dispatch no more than about one per big event starts ahead of it; a wait
+// with none is a wait for a free batch slot.
+func (b *bench) overtakes(ctx context.Context, big []string) string {
+	var bigStarts []time.Time
+	for _, ev := range big {
+		wid := stack.WorkflowID(ev)
+		for n := 0; ; n++ {
+			_, st, err := b.deliverStarts(ctx, vocab.BatchWorkflowID(wid, n))
+			if err != nil {
+				break // past the last batch
+			}
+			bigStarts = append(bigStarts, st...)
+		}
+	}
+	most, waits, sum := 0, 0, time.Duration(0)
+	for _, t := range b.traced {
+		if t.label != "fairness" {
+			continue
+		}
+		wid := stack.WorkflowID(t.id)
+		for n := 0; ; n++ {
+			sched, st, err := b.deliverStarts(ctx, vocab.BatchWorkflowID(wid, n))
+			if err != nil || len(sched) == 0 || len(st) == 0 {
+				break
+			}
+			over := 0
+			for _, s := range bigStarts {
+				if s.After(sched[0]) && s.Before(st[0]) {
+					over++
+				}
+			}
+			wait := st[0].Sub(sched[0])
+			most, waits, sum = max(most, over), waits+1, sum+wait
+			fmt.Fprintf(b.out, "[bench %s] %s batch %d waited %v on its queue, overtaken by %d of the big events' %d batches\n",
+				t.label, t.id, n, wait.Round(time.Millisecond), over, len(bigStarts))
+		}
+	}
+	if waits == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the small events' batches waited %v on their queues on average, overtaken by at most %d big batches", (sum / time.Duration(waits)).Round(time.Millisecond), most)
+}
