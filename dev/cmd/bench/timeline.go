@@ -88,22 +88,24 @@ func (b *bench) historyLine(ctx context.Context, id string, t0 time.Time) (strin
 }
 
 // deliverStarts returns when each DeliverBatch activity of a workflow was
-// scheduled and started (its first attempt), in history order.
-func (b *bench) deliverStarts(ctx context.Context, id string) (sched, started []time.Time, err error) {
+// scheduled, started and closed, in history order.
+func (b *bench) deliverStarts(ctx context.Context, id string) (sched, started, closed []time.Time, err error) {
 	it := b.st.TC.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		switch e.GetEventType() {
 		case enums.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			sched = append(sched, e.GetEventTime().AsTime())
 		case enums.EVENT_TYPE_ACTIVITY_TASK_STARTED:
 			started = append(started, e.GetEventTime().AsTime())
+		case enums.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, enums.EVENT_TYPE_ACTIVITY_TASK_FAILED, enums.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT, enums.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
+			closed = append(closed, e.GetEventTime().AsTime())
 		}
 	}
-	return sched, started, nil
+	return sched, started, closed, nil
 }
 
 // overtakes reads, for each batch of the small events traced beside the
@@ -113,16 +115,26 @@ func (b *bench) deliverStarts(ctx context.Context, id string) (sched, started []
 // dispatch no more than about one per big event starts ahead of it; a wait
 // with none is a wait for a free batch slot.
 func (b *bench) overtakes(ctx context.Context, big []string) string {
-	var bigStarts []time.Time
+	var bigStarts, bigEnds []time.Time
 	for _, ev := range big {
 		wid := stack.WorkflowID(ev)
 		for n := 0; ; n++ {
-			_, st, err := b.deliverStarts(ctx, vocab.BatchWorkflowID(wid, n))
+			_, st, cl, err := b.deliverStarts(ctx, vocab.BatchWorkflowID(wid, n))
 			if err != nil {
 				break // past the last batch
 			}
-			bigStarts = append(bigStarts, st...)
+			bigStarts, bigEnds = append(bigStarts, st...), append(bigEnds, cl...)
 		}
+	}
+	// running counts the big batches running at t.
+	running := func(t time.Time) int {
+		n := 0
+		for i, s := range bigStarts {
+			if s.Before(t) && (i >= len(bigEnds) || bigEnds[i].After(t)) {
+				n++
+			}
+		}
+		return n
 	}
 	most, waits, sum := 0, 0, time.Duration(0)
 	for _, t := range b.traced {
@@ -131,7 +143,7 @@ func (b *bench) overtakes(ctx context.Context, big []string) string {
 		}
 		wid := stack.WorkflowID(t.id)
 		for n := 0; ; n++ {
-			sched, st, err := b.deliverStarts(ctx, vocab.BatchWorkflowID(wid, n))
+			sched, st, _, err := b.deliverStarts(ctx, vocab.BatchWorkflowID(wid, n))
 			if err != nil || len(sched) == 0 || len(st) == 0 {
 				break
 			}
@@ -143,8 +155,8 @@ func (b *bench) overtakes(ctx context.Context, big []string) string {
 			}
 			wait := st[0].Sub(sched[0])
 			most, waits, sum = max(most, over), waits+1, sum+wait
-			fmt.Fprintf(b.out, "[bench %s] %s batch %d waited %v on its queue, overtaken by %d of the big events' %d batches\n",
-				t.label, t.id, n, wait.Round(time.Millisecond), over, len(bigStarts))
+			fmt.Fprintf(b.out, "[bench %s] %s batch %d waited %v on its queue, overtaken by %d of the big events' %d batches; big batches running when it was queued: %d, when it started: %d\n",
+				t.label, t.id, n, wait.Round(time.Millisecond), over, len(bigStarts), running(sched[0]), running(st[0]))
 		}
 	}
 	if waits == 0 {
