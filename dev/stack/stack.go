@@ -391,8 +391,10 @@ func (s *Stack) Env() []string {
 		"TEMPORAL_ADDRESS=" + s.TemporalAddr, "TEMPORAL_NAMESPACE=default",
 		"FANOUT_KAFKA_BROKERS=" + s.KafkaAddr, "FANOUT_REDIS_URL=redis://" + s.RedisAddr + "/0",
 		"FANOUT_RECIPIENTS_URL=" + s.DemoURL + "/recipients", "FANOUT_LOG_LEVEL=warn",
-		// The demo source and sink, and the tests' servers, are on loopback;
-		// payloads may name recipients endpoints on the demo server (Route).
+		// The recipients endpoint (FANOUT_RECIPIENTS_URL) is trusted for its
+		// own host and port, but deliveries to the sink and the tests'
+		// servers, and payload recipients_urls on the demo server (Route),
+		// go through the guard: they are on loopback.
 		"FANOUT_OUTBOUND_ALLOW=127.0.0.0/8,::1", "FANOUT_RECIPIENTS_URL_ALLOW=" + s.RecipientsURLAllow(),
 	}
 	if s.KeysFile != "" {

@@ -9,17 +9,25 @@
 // address outside global unicast (2000::/3: unique-local, link-local, NAT64,
 // IPv4-compatible ::a.b.c.d, ...), IPv4-mapped addresses judged as the IPv4
 // address they carry, unless the operator's allow-list names them.
+//
+// An endpoint the operator configures (a recipients URL, a types file's
+// source) is trusted for its own host only: Pin dials that host and port
+// wherever its name resolves, private or loopback as it may be, and every
+// other address under the guard.
 package netguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
 
 	"code.dny.dev/ssrf"
+	"golang.org/x/net/idna"
 )
 
 // deniedBy says why ip (unmapped, no zone) is refused ("in 10.0.0.0/8"),
@@ -123,4 +131,74 @@ func (p Policy) Control(network, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("%w: %q is not an IP address", ErrDenied, host)
 	}
 	return p.Check(ip)
+}
+
+// Dial returns d's DialContext with p's guard on every connection (Control:
+// the IP about to be connected, after DNS): the dialling of untrusted
+// addresses.
+func (p Policy) Dial(d net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.Control = p.Control
+	return d.DialContext
+}
+
+// Pin returns the DialContext of a client for endpoints the operator
+// configured: a connection to one of hosts (DialAddr of each endpoint's URL)
+// is dialled by d unguarded, wherever that name resolves (the operator
+// chose the host, an in-cluster Service or a loopback port as it may be);
+// a connection to any other address (a redirect to another host) is
+// dialled under p, as every untrusted address is. The comparison is on the
+// host and port the transport dials (net/http hands DialContext the
+// request's host, IDNA ASCII, and port, the scheme's default when the URL
+// names none; without a proxy), never on what the name resolves to.
+func (p Policy) Pin(d net.Dialer, hosts ...string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	pinned := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		pinned[strings.ToLower(h)] = true
+	}
+	trusted, guarded := d.DialContext, p.Dial(d)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if pinned[strings.ToLower(addr)] {
+			return trusted(ctx, network, addr)
+		}
+		return guarded(ctx, network, addr)
+	}
+}
+
+// DialAddr is the host:port net/http's transport dials for u without a
+// proxy: u's host (IDNA ASCII when it is not ASCII) and its port, or the scheme's (80 for http,
+// 443 for https) when u names none; lower-case (Pin compares without case).
+// It fails for a URL without a host or an http(s) scheme, and for a host
+// that is not a valid IDNA name.
+func DialAddr(u *url.URL) (string, error) {
+	host := u.Hostname()
+	if host == "" {
+		return "", errors.New("no host")
+	}
+	port := u.Port()
+	if port == "" {
+		switch u.Scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		default:
+			return "", fmt.Errorf("scheme %.16q is not http or https", u.Scheme)
+		}
+	}
+	if !isASCII(host) { // as net/http: an ASCII host is dialled as written
+		var err error
+		if host, err = idna.Lookup.ToASCII(host); err != nil {
+			return "", fmt.Errorf("host: %w", err)
+		}
+	}
+	return strings.ToLower(net.JoinHostPort(host, port)), nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,6 +128,116 @@ func TestControlRefusesTheDialledAddress(t *testing.T) {
 			continue
 		}
 		_ = c.Close()
+	}
+}
+
+// listen accepts and closes connections on addr until the test ends; it
+// returns the port.
+func listen(t *testing.T, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// TestPinTrustsTheConfiguredHostOnly: Pin dials its own host and port
+// unguarded (loopback here, which the guard refuses), in any case; another
+// port of the same address, another name of the same address (localhost)
+// and any other address are dialled under the guard: refused unless the
+// policy allows them.
+func TestPinTrustsTheConfiguredHostOnly(t *testing.T) {
+	port := listen(t, "127.0.0.1:0")
+	other := listen(t, "127.0.0.1:0")
+	allowedPort := listen(t, "127.0.0.2:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dial := Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}}.Pin(net.Dialer{}, "127.0.0.1:"+port, "Pinned.Example:"+port)
+	for _, addr := range []string{"127.0.0.1:" + port, "127.0.0.2:" + allowedPort} {
+		c, err := dial(ctx, "tcp", addr)
+		if err != nil {
+			t.Errorf("dial %s: %v, want it connected", addr, err)
+			continue
+		}
+		_ = c.Close()
+	}
+	for _, addr := range []string{"127.0.0.1:" + other, "localhost:" + port, "[::ffff:127.0.0.1]:" + port} {
+		if c, err := dial(ctx, "tcp", addr); err == nil {
+			_ = c.Close()
+			t.Errorf("dial %s connected, want it refused by the guard", addr)
+		} else if !errors.Is(err, ErrDenied) {
+			t.Errorf("dial %s: %v, want ErrDenied", addr, err)
+		}
+	}
+	// A pinned name is compared without case and never resolved by Pin:
+	// the dial fails in DNS (the name does not exist), not in the guard.
+	if _, err := dial(ctx, "tcp", "PINNED.example:"+port); err == nil || errors.Is(err, ErrDenied) {
+		t.Errorf("dial of the pinned name in capitals: %v, want a DNS error, not the guard", err)
+	}
+}
+
+// TestDialAddrIsWhatTheTransportDials: for every URL, DialAddr is the
+// address net/http's transport hands its DialContext (lower-cased), so a
+// pinned endpoint matches its own requests: default ports, IPv6 literals,
+// capitals and an internationalised name; URLs it cannot pin fail.
+func TestDialAddrIsWhatTheTransportDials(t *testing.T) {
+	var dialled string
+	errStop := errors.New("stop")
+	tr := &http.Transport{DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
+		dialled = addr
+		return nil, errStop
+	}, DialTLSContext: func(_ context.Context, _, addr string) (net.Conn, error) {
+		dialled = addr
+		return nil, errStop
+	}}
+	c := &http.Client{Transport: tr}
+	for rawURL, want := range map[string]string{
+		"http://recipients.example.svc.cluster.local/recipients": "recipients.example.svc.cluster.local:80",
+		"https://Hooks.Example.COM/x?y=1":                        "hooks.example.com:443",
+		"http://host.docker.internal:8080/recipients":            "host.docker.internal:8080",
+		"http://127.0.0.1:9/r":                                   "127.0.0.1:9",
+		"http://[::1]:8443/r":                                    "[::1]:8443",
+		"https://[2001:db8::1]/r":                                "[2001:db8::1]:443",
+		"http://bücher.example/r":                                "xn--bcher-kva.example:80",
+		"http://my_svc:81/r":                                     "my_svc:81",
+		"http://user:pw@example.com:80/r":                        "example.com:80",
+	} {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DialAddr(u)
+		if err != nil || got != want {
+			t.Errorf("DialAddr(%s) = %q %v, want %q", rawURL, got, err, want)
+		}
+		dialled = ""
+		if _, err := c.Get(rawURL); !errors.Is(err, errStop) {
+			t.Fatalf("GET %s: %v", rawURL, err)
+		}
+		if strings.ToLower(dialled) != got {
+			t.Errorf("%s: the transport dialled %q, DialAddr says %q", rawURL, dialled, got)
+		}
+	}
+	for _, rawURL := range []string{"ftp://example.com/", "http:///x", "/relative", "http://-ü.example/"} {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := DialAddr(u); err == nil {
+			t.Errorf("DialAddr(%s) = %q, want an error", rawURL, got)
+		}
 	}
 }
 

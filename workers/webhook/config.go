@@ -41,6 +41,10 @@ type Config struct {
 	// The type's flow control per destination: rate and breaker.
 	limits.DestinationSettings
 
+	// RecipientsURL: the type's recipients endpoint, an http(s) URL. The
+	// operator sets it, so it is trusted for its own host and port: reached
+	// wherever that host resolves (an in-cluster Service, a private or
+	// loopback address) without an OutboundAllow entry (NewTrustedClient).
 	RecipientsURL string `env:"FANOUT_RECIPIENTS_URL"`
 	// RecipientsURLAllow: where an event's payload may point its
 	// recipients_url: entries scheme://host[:port][/path/], matched on the
@@ -52,9 +56,10 @@ type Config struct {
 	// WebhookSecretsFile: the same secrets from a file (a mounted Secret),
 	// one per line or comma-separated; not with FANOUT_WEBHOOK_SECRETS.
 	WebhookSecretsFile string `env:"FANOUT_WEBHOOK_SECRETS_FILE"`
-	// OutboundAllow: address ranges (CIDR or single addresses) the client
-	// may reach although they are loopback, private, link-local or
-	// otherwise internal; empty: public addresses only.
+	// OutboundAllow: address ranges (CIDR or single addresses) deliveries
+	// and payload recipients_urls may reach although they are loopback,
+	// private, link-local or otherwise internal; empty: public addresses
+	// only. RecipientsURL's host needs no entry.
 	OutboundAllow string `env:"FANOUT_OUTBOUND_ALLOW"`
 	// HTTPTimeout bounds a delivery request: the type's CallTimeout.
 	HTTPTimeout time.Duration `env:"FANOUT_HTTP_TIMEOUT"`
@@ -84,6 +89,11 @@ func (c *Config) Validate() error {
 	}
 	if _, err := ParseAllow(c.OutboundAllow); err != nil {
 		return fmt.Errorf("FANOUT_OUTBOUND_ALLOW: %w", err)
+	}
+	if c.RecipientsURL != "" {
+		if _, err := endpointAddr(c.RecipientsURL); err != nil {
+			return fmt.Errorf("FANOUT_RECIPIENTS_URL: %w (want http[s]://host[:port]/path)", err)
+		}
 	}
 	if _, err := ParseURLPrefixes(c.RecipientsURLAllow); err != nil {
 		return fmt.Errorf("FANOUT_RECIPIENTS_URL_ALLOW: %w (want scheme://host[:port][/path/])", err)
@@ -121,14 +131,18 @@ func (c *Config) TypeOptions() fanout.TypeOptions {
 }
 
 // Handler is the type's handler as configured (Validate checked it), its
-// client's idle pool sized for inFlight deliveries at once (the worker's
-// workers.Config.DeliveriesInFlight).
+// clients' idle pools sized for inFlight deliveries at once (the worker's
+// workers.Config.DeliveriesInFlight): the guarded client of deliveries and
+// payload recipients_urls, and the trusted one of RecipientsURL.
 func (c *Config) Handler(inFlight int) *Handler {
 	allow, _ := ParseAllow(c.OutboundAllow) // checked by Validate
 	h := &Handler{
 		RecipientsURL:      c.RecipientsURL,
 		RecipientsURLAllow: c.RecipientsURLAllow,
 		Client:             NewClient(c.HTTPTimeout, inFlight, allow...),
+	}
+	if c.RecipientsURL != "" {
+		h.TrustedClient, _ = NewTrustedClient(c.HTTPTimeout, inFlight, []string{c.RecipientsURL}, allow...) // checked by Validate
 	}
 	h.Signer, _ = c.signer() // checked by Validate
 	return h

@@ -76,6 +76,11 @@ func TestConfigBadValues(t *testing.T) {
 		configtest.Bad("outbound allow-list with a bad prefix", map[string]string{"FANOUT_OUTBOUND_ALLOW": "10.0.0.0/33"}, "FANOUT_OUTBOUND_ALLOW"),
 		configtest.Bad("outbound allow-list with a host name", map[string]string{"FANOUT_OUTBOUND_ALLOW": "metadata.internal"}, "FANOUT_OUTBOUND_ALLOW"),
 		configtest.Bad("recipients URL allow-list with a file URL", map[string]string{"FANOUT_RECIPIENTS_URL_ALLOW": "file:///etc/"}, "FANOUT_RECIPIENTS_URL_ALLOW"),
+		// The recipients endpoint is trusted for its host and port: a URL
+		// without them has none to trust.
+		configtest.Bad("recipients URL with a file URL", map[string]string{"FANOUT_RECIPIENTS_URL": "file:///etc/passwd"}, "FANOUT_RECIPIENTS_URL"),
+		configtest.Bad("recipients URL without a host", map[string]string{"FANOUT_RECIPIENTS_URL": "http:///recipients"}, "FANOUT_RECIPIENTS_URL"),
+		configtest.Bad("recipients URL without a scheme", map[string]string{"FANOUT_RECIPIENTS_URL": "recipients.svc:8080/recipients"}, "FANOUT_RECIPIENTS_URL"),
 		configtest.Bad("unknown delivery semantics", map[string]string{"FANOUT_SEMANTICS": "exactly-once"}, "FANOUT_SEMANTICS"),
 		configtest.Bad("max attempts zero", map[string]string{"FANOUT_MAX_ATTEMPTS": "0"}, "FANOUT_MAX_ATTEMPTS"),
 		configtest.Bad("destination rate over the limit", map[string]string{"FANOUT_DESTINATION_RATE": "2e6"}, "FANOUT_DESTINATION_RATE"),

@@ -12,12 +12,17 @@
 // RecipientsURLAllow matches it (see URLPrefix: scheme, host and port equal,
 // the path under the entry's, no user information).
 //
-// Every address comes from untrusted input (the event, the recipients
-// endpoint), so the client of NewClient only connects where the address
-// guard allows (public addresses, plus the ranges given to NewClient; checked
-// on the IP dialled, after DNS), speaks only http and https, follows at most
-// 3 redirects (each checked again), and the handler reads at most
-// MaxPageBytes of a recipients page.
+// Every recipient address and a payload's recipients_url come from untrusted
+// input (the event, the recipients endpoint), so the client of NewClient
+// only connects where the address guard allows (public addresses, plus the
+// ranges given to NewClient; checked on the IP dialled, after DNS), speaks
+// only http and https, follows at most 3 redirects (each checked again), and
+// the handler reads at most MaxPageBytes of a recipients page. The
+// recipients endpoint the operator configures (RecipientsURL) is trusted
+// for its own host and port only: NewTrustedClient reaches it wherever it
+// resolves (an in-cluster Service, host.docker.internal, loopback) without
+// an allow-list entry, which would open that range to deliveries too, and
+// dials any other host under the guard.
 package webhook
 
 import (
@@ -66,9 +71,14 @@ type Handler struct {
 	// (ParseURLPrefix: "https://host[:port][/path/]"; an entry it refuses
 	// matches nothing); empty refuses every payload URL.
 	RecipientsURLAllow []string
-	// Client makes the requests; use NewClient (nil: a NewClient with
+	// Client makes the requests to untrusted addresses: deliveries and a
+	// payload's recipients_url; use NewClient (nil: a NewClient with
 	// fanout's defaults, public addresses only).
 	Client *http.Client
+	// TrustedClient makes the requests to RecipientsURL, which the operator
+	// configured: use NewTrustedClient with RecipientsURL among its
+	// endpoints (nil: Client, under the guard).
+	TrustedClient *http.Client
 	// Signer, when set, signs every delivery the Standard Webhooks way
 	// (webhook-id, webhook-timestamp, webhook-signature).
 	Signer *Signer
@@ -120,12 +130,60 @@ func ParseAllow(list string) ([]netip.Prefix, error) {
 // client itself is a plain net/http one, so a request's headers and its
 // small body leave in one write.
 func NewClient(timeout time.Duration, idlePerHost int, allow ...netip.Prefix) *http.Client {
-	guard := netguard.Policy{Allow: allow}
+	return newClient(timeout, idlePerHost, netguard.Policy{Allow: allow}.Dial(dialer))
+}
+
+// NewTrustedClient returns the client of endpoints the operator configured
+// (FANOUT_RECIPIENTS_URL; the sources of a types file): tuned as NewClient,
+// but a request to the host and port of one of endpoints connects wherever
+// that host resolves, private and loopback addresses included, with no
+// allow-list entry (which would open the range to deliveries too). The
+// trust is the host and port as the URL names them (netguard.DialAddr),
+// compared with the address each connection dials: a request anywhere else
+// (a 307 or 308 to another host) is dialled under the guard of allow, as
+// NewClient's are. A Handler's recipients request follows no redirect off
+// its endpoint's origin anyway (checkRedirect). An endpoint that is not an
+// http(s) URL with a host is refused (its index is named, not the URL,
+// which may hold credentials).
+func NewTrustedClient(timeout time.Duration, idlePerHost int, endpoints []string, allow ...netip.Prefix) (*http.Client, error) {
+	hosts := make([]string, len(endpoints))
+	for i, e := range endpoints {
+		var err error
+		if hosts[i], err = endpointAddr(e); err != nil {
+			return nil, fmt.Errorf("trusted endpoint %d: %w", i, err)
+		}
+	}
+	return newClient(timeout, idlePerHost, netguard.Policy{Allow: allow}.Pin(dialer, hosts...)), nil
+}
+
+// endpointAddr is the host:port an operator's endpoint URL is trusted for.
+func endpointAddr(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // not the URL: it may hold credentials
+		}
+		return "", fmt.Errorf("not a valid URL: %w", err)
+	}
+	if err := checkURL(u); err != nil {
+		return "", err
+	}
+	return netguard.DialAddr(u)
+}
+
+// dialer connects fanout's outbound requests: 5 s to connect, TCP
+// keep-alive every 30 s.
+var dialer = net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+
+// newClient is a client of NewClient's pool and redirects, dialling with
+// dial.
+func newClient(timeout time.Duration, idlePerHost int, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil // a proxy would dial for us, past the guard
+	t.Proxy = nil // a proxy would dial for us, past the guard and the pin
 	t.MaxIdleConns = idlePerHost * 4
 	t.MaxIdleConnsPerHost = idlePerHost
-	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guard.Control}).DialContext
+	t.DialContext = dial
 	return &http.Client{Timeout: timeout, CheckRedirect: checkRedirect, Transport: t}
 }
 
@@ -276,28 +334,39 @@ func (h *Handler) client() *http.Client {
 	return defaultClient
 }
 
+// trustedClient makes the requests to the operator's RecipientsURL.
+func (h *Handler) trustedClient() *http.Client {
+	if h.TrustedClient != nil {
+		return h.TrustedClient
+	}
+	return h.client()
+}
+
 // recipientsRequest builds the POST of body to an event's recipients
-// endpoint: the payload's recipients_url when an entry of
-// RecipientsURLAllow matches it (as parsed for the request, see
-// URLPrefix), else the handler's RecipientsURL.
-func (h *Handler) recipientsRequest(ctx context.Context, p payload, body []byte) (*http.Request, error) {
+// endpoint, and picks its client: the payload's recipients_url when an
+// entry of RecipientsURLAllow matches it (as parsed for the request, see
+// URLPrefix), under the guard (the event chose it; the allow-list says
+// where a payload may point, not which addresses may be dialled), else the
+// handler's RecipientsURL, with the trusted client.
+func (h *Handler) recipientsRequest(ctx context.Context, p payload, body []byte) (*http.Request, *http.Client, error) {
 	if p.RecipientsURL == "" {
 		if h.RecipientsURL == "" {
-			return nil, fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
+			return nil, nil, fanout.Permanent(errors.New("no recipients url: set FANOUT_RECIPIENTS_URL or the payload's recipients_url"))
 		}
-		return newRequest(ctx, h.RecipientsURL, body)
+		req, err := newRequest(ctx, h.RecipientsURL, body)
+		return req, h.trustedClient(), err
 	}
 	req, err := newRequest(ctx, p.RecipientsURL, body)
 	if err != nil {
-		return nil, fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url: %w", err)
+		return nil, nil, fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url: %w", err)
 	}
 	for _, entry := range h.RecipientsURLAllow {
 		// An entry config would refuse matches nothing.
 		if prefix, err := ParseURLPrefix(entry); err == nil && prefix.Match(req.URL) {
-			return req, nil
+			return req, h.client(), nil
 		}
 	}
-	return nil, fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url (%.64q...) matches no FANOUT_RECIPIENTS_URL_ALLOW entry", Origin(req.URL)))
+	return nil, nil, fanout.Permanent(fmt.Errorf("recipients_url_not_allowed: the payload's recipients_url (%.64q...) matches no FANOUT_RECIPIENTS_URL_ALLOW entry", Origin(req.URL)))
 }
 
 // Origin is u's scheme, host and port: what errors, logs and spans may show
@@ -327,12 +396,12 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	req, err := h.recipientsRequest(context.WithValue(ctx, ownOriginKey{}, true), p, body)
+	req, client, err := h.recipientsRequest(context.WithValue(ctx, ownOriginKey{}, true), p, body)
 	if err != nil {
 		return fanout.Page{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := do(h.client(), req, spanRecipients)
+	resp, err := do(client, req, spanRecipients)
 	if err != nil {
 		return fanout.Page{}, err
 	}
