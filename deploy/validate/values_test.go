@@ -177,3 +177,38 @@ func TestBridgeSwitch(t *testing.T) {
 		t.Errorf("the bridge in a disabled events pool: %v; want an error naming bridge.inEventsWorker", err)
 	}
 }
+
+// TestSetupTopicsFlags: setup.topics.create passes -topics to `starter
+// setup`, and each topics setting its flag only when set (else the
+// starter's own default applies).
+func TestSetupTopicsFlags(t *testing.T) {
+	argv := func(values string) []string {
+		t.Helper()
+		for _, o := range renderObjects(t, parseValues(t, "image: {digest: "+testDigest+"}\n"+values)) {
+			if j, ok := o.Obj.(*batchv1.Job); ok && j.Name == "fanout-setup" {
+				c := j.Spec.Template.Spec.Containers[0]
+				return append(slices.Clone(c.Command), c.Args...)
+			}
+		}
+		t.Fatal("no Job fanout-setup")
+		return nil
+	}
+	cases := []struct {
+		values string
+		want   []string
+	}{
+		{"", []string{"/usr/local/bin/starter", "setup"}},
+		{"setup: {topics: {create: false, partitions: 24}}", []string{"/usr/local/bin/starter", "setup"}},
+		{"setup: {topics: {create: true}}", []string{"/usr/local/bin/starter", "setup", "-topics"}},
+		{"setup: {topics: {create: true, partitions: 24, retention: 72h, dlqPartitions: 6, dlqRetention: 720h, replication: -1}}",
+			[]string{"/usr/local/bin/starter", "setup", "-topics", "-dlq-partitions=6", "-dlq-retention=720h", "-partitions=24", "-replication=-1", "-retention=72h"}},
+	}
+	for _, c := range cases {
+		if got := argv(c.values); !slices.Equal(got, c.want) {
+			t.Errorf("%q: setup runs %q, want %q", c.values, got, c.want)
+		}
+	}
+	if _, err := Render(ChartDir, parseValues(t, "image: {digest: "+testDigest+"}\nsetup: {topics: {retention: 7d}}\n"), "fanout"); err == nil || !strings.Contains(err.Error(), "/setup/topics/retention") {
+		t.Errorf("retention 7d (not a Go duration): %v; want a schema error naming it", err)
+	}
+}
