@@ -1125,11 +1125,19 @@ func TestManifestCommands(t *testing.T) {
 			if err := validateConfig(role, envm); err != nil {
 				t.Errorf("%s container %s (%s): the process would exit at start-up: %v", m.where[name], c.Name, role, err)
 			}
+			// A worker with FANOUT_BRIDGE=true runs the bridge too, with
+			// the bridge's settings.
+			if role == "worker" && envm["FANOUT_BRIDGE"] == "true" {
+				roles["bridge"]++
+				if err := validateConfig("bridge", envm); err != nil {
+					t.Errorf("%s container %s (the bridge in a worker): the process would exit at start-up: %v", m.where[name], c.Name, err)
+				}
+			}
 		}
 	}
 	for _, role := range []string{"worker", "bridge", "starter setup"} {
 		if roles[role] == 0 {
-			t.Errorf("no container in %s runs %s", k8sDir, role)
+			t.Errorf("no container in %s runs %s (a worker with FANOUT_BRIDGE=true counts as a bridge)", k8sDir, role)
 		}
 	}
 }

@@ -99,7 +99,7 @@ func queueNames(t *testing.T) map[string]string {
 
 // configDirs hold the configuration structs: the connections and loading
 // (internal/config) and each stage's settings.
-var configDirs = []string{"../../internal/config", "../../starter", "../../workers", "../../workers/webhook", "../../activities/limits"}
+var configDirs = []string{"../../internal/config", "../../internal/codecserver", "../../starter", "../../workers", "../../workers/webhook", "../../activities/limits"}
 
 // configDir names them in messages.
 var configDir = strings.Join(configDirs, ", ")
@@ -248,14 +248,25 @@ type index struct {
 	triggerAuths   map[string]*kedav1alpha1.TriggerAuthentication
 	networkPols    []*networkingv1.NetworkPolicy
 	pdbs           []*policyv1.PodDisruptionBudget
+	serviceAccts   map[string]*corev1.ServiceAccount
+	services       []*corev1.Service
+	metas          []metav1.Object // every object but a Kustomization
 	podMonitors    []*monitoringv1.PodMonitor
 	prometheusRule []*monitoringv1.PrometheusRule
 }
 
 func indexObjects(objs []Object) index {
-	ix := index{configMaps: map[string]*corev1.ConfigMap{}, triggerAuths: map[string]*kedav1alpha1.TriggerAuthentication{}}
+	ix := index{configMaps: map[string]*corev1.ConfigMap{}, triggerAuths: map[string]*kedav1alpha1.TriggerAuthentication{},
+		serviceAccts: map[string]*corev1.ServiceAccount{}}
 	for _, o := range objs {
+		if m, ok := o.Obj.(metav1.Object); ok {
+			ix.metas = append(ix.metas, m)
+		}
 		switch v := o.Obj.(type) {
+		case *corev1.ServiceAccount:
+			ix.serviceAccts[v.Name] = v
+		case *corev1.Service:
+			ix.services = append(ix.services, v)
 		case *appsv1.Deployment:
 			ix.deployments = append(ix.deployments, v)
 		case *batchv1.Job:
@@ -281,11 +292,19 @@ func indexObjects(objs []Object) index {
 
 // pod is a workload's pod template with what the checks derive from it.
 type pod struct {
-	where    string // "Deployment/fanout-worker-events"
-	role     string // worker, bridge, setup
+	where    string   // "Deployment/fanout-worker-events"
+	role     string   // worker, bridge, setup, codec-server
+	argv     []string // the first container's command and args
 	template corev1.PodTemplateSpec
 	env      map[string]string // the first container's resolved environment
 	queue    string            // a worker's FANOUT_QUEUES
+	meta     metav1.ObjectMeta // the workload's own metadata
+}
+
+// runsBridge reports whether the pod consumes the events topic: `starter
+// bridge`, or an events worker with FANOUT_BRIDGE=true.
+func (p pod) runsBridge() bool {
+	return p.role == "bridge" || (p.role == "worker" && p.env["FANOUT_BRIDGE"] == "true")
 }
 
 func roleOf(c corev1.Container) string {
@@ -293,7 +312,7 @@ func roleOf(c corev1.Container) string {
 	switch {
 	case len(argv) == 1 && argv[0] == "/usr/local/bin/worker":
 		return "worker"
-	case len(argv) == 2 && argv[0] == "/usr/local/bin/starter":
+	case len(argv) >= 2 && argv[0] == "/usr/local/bin/starter":
 		return argv[1]
 	}
 	return strings.Join(argv, " ")
@@ -328,20 +347,22 @@ func (ix index) containerEnv(c corev1.Container) (map[string]string, []string) {
 
 func (ix index) pods() []pod {
 	var out []pod
-	add := func(where string, tpl corev1.PodTemplateSpec) {
-		p := pod{where: where, template: tpl}
+	add := func(where string, meta metav1.ObjectMeta, tpl corev1.PodTemplateSpec) {
+		p := pod{where: where, template: tpl, meta: meta}
 		if len(tpl.Spec.Containers) > 0 {
-			p.role = roleOf(tpl.Spec.Containers[0])
+			c := tpl.Spec.Containers[0]
+			p.role = roleOf(c)
+			p.argv = append(slices.Clone(c.Command), c.Args...)
 			p.env, _ = ix.containerEnv(tpl.Spec.Containers[0])
 			p.queue = p.env["FANOUT_QUEUES"]
 		}
 		out = append(out, p)
 	}
 	for _, d := range ix.deployments {
-		add("Deployment/"+d.Name, d.Spec.Template)
+		add("Deployment/"+d.Name, d.ObjectMeta, d.Spec.Template)
 	}
 	for _, j := range ix.jobs {
-		add("Job/"+j.Name, j.Spec.Template)
+		add("Job/"+j.Name, j.ObjectMeta, j.Spec.Template)
 	}
 	return out
 }
@@ -456,12 +477,25 @@ func crossCheck(t *testing.T, objs []Object) []string {
 				report("queue %s is served by %s and %s", p.queue, prev, d.Name)
 			}
 			served[p.queue] = d.Name
-		case "bridge":
+		}
+		if p.runsBridge() {
 			bridges++
-			if len(ix.scaledObjects) == 0 || d.Spec.Replicas != nil {
-				if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
-					report("%s: the bridge wants at least 2 replicas in its consumer group", p.where)
+			// Two or more consumers in the group, so one restarting pod does
+			// not stop the intake: the replicas, or KEDA's floor.
+			minimum := int32(0)
+			if d.Spec.Replicas != nil {
+				minimum = *d.Spec.Replicas
+			}
+			for _, so := range ix.scaledObjects {
+				if so.Spec.ScaleTargetRef.Name == d.Name && so.Spec.MinReplicaCount != nil {
+					minimum = *so.Spec.MinReplicaCount
 				}
+			}
+			if minimum < 2 {
+				report("%s: runs the bridge, which wants at least 2 replicas in its consumer group (replicas or KEDA's minReplicaCount: %d)", p.where, minimum)
+			}
+			if p.role == "worker" && p.queue != "events" {
+				report("%s: FANOUT_BRIDGE=true on a worker of queue %q: the bridge starts events on its own events worker", p.where, p.queue)
 			}
 		}
 		if !selects(d.Spec.Selector, d.Spec.Template.Labels) {
@@ -479,8 +513,11 @@ func crossCheck(t *testing.T, objs []Object) []string {
 		}
 	}
 	if bridges == 0 {
-		report("no bridge Deployment (starter bridge)")
+		report("no bridge: neither a starter bridge Deployment nor an events worker with FANOUT_BRIDGE=true")
 	}
+
+	problems = append(problems, checkLabelsAndAccounts(ix, pods)...)
+	problems = append(problems, checkSetupHook(ix, pods)...)
 
 	problems = append(problems, checkKEDA(f, ix, pods)...)
 	problems = append(problems, checkNetworkPolicies(ix, pods)...)
@@ -630,34 +667,44 @@ func checkKEDA(f codeFacts, ix index, pods []pod) []string {
 // neededEgress is the egress a process of role makes with environment env
 // (beyond DNS): "TCP/<port>" of Temporal, Kafka, Redis, the recipients
 // source and the webhook destinations.
-func neededEgress(role, queue string, env map[string]string) ([]string, error) {
+func neededEgress(role, queue string, argv []string, env map[string]string) ([]string, error) {
 	var out []string
 	add := func(p string) {
 		if !slices.Contains(out, "TCP/"+p) {
 			out = append(out, "TCP/"+p)
 		}
 	}
+	if role == "codec-server" {
+		return out, nil // it only answers
+	}
 	_, port, err := net.SplitHostPort(cmp.Or(env["TEMPORAL_ADDRESS"], "localhost:7233"))
 	if err != nil {
 		return nil, fmt.Errorf("TEMPORAL_ADDRESS: %v", err)
 	}
 	add(port)
-	if role != "worker" && role != "bridge" {
-		return out, nil
-	}
-	for _, b := range strings.Split(env["FANOUT_KAFKA_BROKERS"], ",") {
-		_, port, err := net.SplitHostPort(strings.TrimSpace(b))
-		if err != nil {
-			return nil, fmt.Errorf("FANOUT_KAFKA_BROKERS %q: %v", b, err)
+	// starter setup reads Redis's eviction policy, and creates the topics
+	// with -topics.
+	kafka := role == "worker" || role == "bridge" || (role == "setup" && slices.ContainsFunc(argv, func(a string) bool {
+		return a == "-topics" || a == "--topics" || strings.HasPrefix(a, "-topics=") || strings.HasPrefix(a, "--topics=")
+	}))
+	redis := role == "worker" || role == "bridge" || role == "setup"
+	if kafka {
+		for _, b := range strings.Split(env["FANOUT_KAFKA_BROKERS"], ",") {
+			_, port, err := net.SplitHostPort(strings.TrimSpace(b))
+			if err != nil {
+				return nil, fmt.Errorf("FANOUT_KAFKA_BROKERS %q: %v", b, err)
+			}
+			add(port)
 		}
-		add(port)
 	}
-	for _, raw := range strings.Split(cmp.Or(env["FANOUT_REDIS_URL"], "redis://localhost:6379"), ",") {
-		u, err := url.Parse(strings.TrimSpace(raw))
-		if err != nil {
-			return nil, fmt.Errorf("FANOUT_REDIS_URL: not a URL")
+	if redis {
+		for _, raw := range strings.Split(cmp.Or(env["FANOUT_REDIS_URL"], "redis://localhost:6379"), ",") {
+			u, err := url.Parse(strings.TrimSpace(raw))
+			if err != nil {
+				return nil, fmt.Errorf("FANOUT_REDIS_URL: not a URL")
+			}
+			add(cmp.Or(u.Port(), "6379"))
 		}
-		add(cmp.Or(u.Port(), "6379"))
 	}
 	if role == "worker" {
 		add("443")
@@ -721,7 +768,7 @@ func checkNetworkPolicies(ix index, pods []pod) []string {
 		if !denied {
 			report("%s: no default-deny NetworkPolicy selects its pods", p.where)
 		}
-		want, err := neededEgress(p.role, p.queue, p.env)
+		want, err := neededEgress(p.role, p.queue, p.argv, p.env)
 		if err != nil {
 			report("%s: %v", p.where, err)
 			continue
@@ -752,6 +799,13 @@ func checkNetworkPolicies(ix index, pods []pod) []string {
 				report("%s: Prometheus cannot scrape FANOUT_METRICS_ADDR=%s: no ingress on %s", p.where, p.env["FANOUT_METRICS_ADDR"], port)
 			}
 		}
+		if p.role == "codec-server" {
+			for _, cp := range p.template.Spec.Containers[0].Ports {
+				if !ingress[fmt.Sprintf("%s/%d", ptrOr(&cp.Protocol, corev1.ProtocolTCP), cp.ContainerPort)] {
+					report("%s: no ingress on its port %s (%d): nobody could call it", p.where, cp.Name, cp.ContainerPort)
+				}
+			}
+		}
 	}
 	return problems
 }
@@ -776,4 +830,95 @@ func cidrAllows(cidr string, except []string, ip string) bool {
 		}
 	}
 	return true
+}
+
+// checkLabelsAndAccounts: every object carries the standard labels (the
+// selector's name and instance, helm.sh/chart, app.kubernetes.io/managed-by,
+// version, part-of) and no selector the chart's version; every pod runs as
+// a rendered ServiceAccount (when the chart creates them) without an API
+// token.
+func checkLabelsAndAccounts(ix index, pods []pod) []string {
+	var problems []string
+	report := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	for _, m := range ix.metas {
+		l := m.GetLabels()
+		for _, k := range []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by", "helm.sh/chart"} {
+			if l[k] == "" {
+				report("%s: no label %s", m.GetName(), k)
+			}
+		}
+	}
+	for _, d := range ix.deployments {
+		for k := range d.Spec.Selector.MatchLabels {
+			if k == "helm.sh/chart" || k == "app.kubernetes.io/version" {
+				report("Deployment/%s: selector label %s changes with the chart, but a selector is immutable", d.Name, k)
+			}
+		}
+	}
+	for _, p := range pods {
+		spec := p.template.Spec
+		if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+			report("%s: mounts a Kubernetes API token (automountServiceAccountToken), which fanout never uses", p.where)
+		}
+		if len(ix.serviceAccts) > 0 {
+			if _, ok := ix.serviceAccts[spec.ServiceAccountName]; !ok {
+				report("%s: serviceAccountName %q is not a rendered ServiceAccount (%v)", p.where, spec.ServiceAccountName, slices.Sorted(maps.Keys(ix.serviceAccts)))
+			}
+		}
+	}
+	return problems
+}
+
+// hookWeight returns an object's Helm hook phases and weight ("" when it
+// is not a hook).
+func hookWeight(m metav1.Object) (hook string, weight int) {
+	a := m.GetAnnotations()
+	weight, _ = strconv.Atoi(a["helm.sh/hook-weight"])
+	return a["helm.sh/hook"], weight
+}
+
+// checkSetupHook: the setup Job runs before install and upgrade, is deleted
+// when it succeeded, and what it needs at hook time (its ConfigMap, its
+// ServiceAccount when rendered) are hooks of the same phases created before
+// it (a lower weight), since the release's own objects do not exist yet.
+func checkSetupHook(ix index, pods []pod) []string {
+	var problems []string
+	report := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	byName := map[string]metav1.Object{}
+	for _, m := range ix.metas {
+		byName[reflect.TypeOf(m).Elem().Name()+"/"+m.GetName()] = m
+	}
+	for _, p := range pods {
+		if p.role != "setup" {
+			continue
+		}
+		hook, weight := hookWeight(&p.meta)
+		if hook != "pre-install,pre-upgrade" {
+			report("%s: helm.sh/hook %q; want pre-install,pre-upgrade (setup before anything starts events)", p.where, hook)
+		}
+		if pol := p.meta.Annotations["helm.sh/hook-delete-policy"]; pol != "before-hook-creation,hook-succeeded" {
+			report("%s: helm.sh/hook-delete-policy %q; want before-hook-creation,hook-succeeded", p.where, pol)
+		}
+		var needs []string
+		for _, src := range p.template.Spec.Containers[0].EnvFrom {
+			if src.ConfigMapRef != nil {
+				needs = append(needs, "ConfigMap/"+src.ConfigMapRef.Name)
+			}
+		}
+		if sa := p.template.Spec.ServiceAccountName; sa != "" && len(ix.serviceAccts) > 0 {
+			needs = append(needs, "ServiceAccount/"+sa)
+		}
+		for _, n := range needs {
+			m, ok := byName[n]
+			if !ok {
+				report("%s: needs %s, which is not rendered", p.where, n)
+				continue
+			}
+			h, w := hookWeight(m)
+			if h != hook || w >= weight {
+				report("%s: needs %s at hook time, but it is not a %q hook of a lower weight (hook %q, weight %d; the Job's %d)", p.where, n, hook, h, w, weight)
+			}
+		}
+	}
+	return problems
 }

@@ -45,6 +45,10 @@ resources:
     digest: %[3]s
 `
 
+// renderDigest is the digest GenerateK8s renders the chart with in place of
+// the default's placeholder (a string no template produces otherwise).
+var renderDigest = "sha256:" + strings.Repeat("5eed", 16)
+
 // GenerateK8s renders the chart with its default values and returns the
 // kustomize files of deploy/k8s by name: one per template that renders to
 // something, and kustomization.yaml listing them.
@@ -53,9 +57,21 @@ func GenerateK8s(chartDir string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	rendered, err := Render(chartDir, map[string]any{}, "")
+	img, _ := defaults["image"].(map[string]any)
+	repo, _ := img["repository"].(string)
+	digest, _ := img["digest"].(string)
+	if repo == "" || digest == "" {
+		return nil, fmt.Errorf("%s/values.yaml: image.repository and image.digest must be set (the kustomization pins the image by digest)", chartDir)
+	}
+	// The chart refuses its zero placeholder digest; the kustomize files
+	// keep it, for `kustomize edit set image` to replace. So render with a
+	// stand-in and put the default back.
+	rendered, err := Render(chartDir, map[string]any{"image": map[string]any{"digest": renderDigest}}, "")
 	if err != nil {
 		return nil, err
+	}
+	for name, text := range rendered {
+		rendered[name] = strings.ReplaceAll(text, renderDigest, digest)
 	}
 	files := map[string]string{}
 	for _, tpl := range slices.Sorted(maps.Keys(rendered)) {
@@ -73,12 +89,6 @@ func GenerateK8s(chartDir string) (map[string]string, error) {
 			b.Write(d.YAML)
 		}
 		files[path.Base(tpl)] = b.String()
-	}
-	img, _ := defaults["image"].(map[string]any)
-	repo, _ := img["repository"].(string)
-	digest, _ := img["digest"].(string)
-	if repo == "" || digest == "" {
-		return nil, fmt.Errorf("%s/values.yaml: image.repository and image.digest must be set (the kustomization pins the image by digest)", chartDir)
 	}
 	var res strings.Builder
 	for _, f := range slices.Sorted(maps.Keys(files)) {

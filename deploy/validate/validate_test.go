@@ -12,10 +12,12 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kustomizetypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/yaml"
 )
 
 const (
@@ -24,11 +26,15 @@ const (
 	dashboard   = ChartDir + "/files/dashboard.json"
 )
 
+// testDigest stands for a real image digest: the chart refuses its default,
+// the all-zero placeholder.
+const testDigest = "sha256:1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef"
+
 // valueSets are the configurations the chart is rendered, linted and
 // checked with: the defaults and each testdata/values file.
 func valueSets(t *testing.T) map[string]map[string]any {
 	t.Helper()
-	sets := map[string]map[string]any{"defaults": {}}
+	sets := map[string]map[string]any{"defaults": {"image": map[string]any{"digest": testDigest}}}
 	files, _ := filepath.Glob("testdata/values/*.yaml")
 	if len(files) < 3 {
 		t.Fatalf("testdata/values: want the value sets, found %v", files)
@@ -94,11 +100,14 @@ func TestChartRendersStrictly(t *testing.T) {
 				seen[key] = o.String()
 			}
 			n := kindCounts(objs)
-			if n["Deployment"] != 5 || n["ConfigMap"] < 1 {
-				t.Errorf("rendered %v; want 5 Deployments (4 worker pools and the bridge) and the ConfigMap", n)
+			// 4 worker pools, plus the bridge where it has its own
+			// Deployment, plus the codec server where it is on.
+			wantDeployments := map[string]int{"defaults": 4, "mtls": 4, "cloud": 5, "plain": 5, "scheduling": 5}
+			if want, ok := wantDeployments[name]; !ok || n["Deployment"] != want || n["ConfigMap"] < 1 {
+				t.Errorf("rendered %v; want %d Deployments (a new value set: add it to wantDeployments) and the ConfigMap", n, want)
 			}
 			if name == "cloud" {
-				for _, k := range []string{"PodMonitor", "PrometheusRule", "TriggerAuthentication", "ScaledObject", "NetworkPolicy", "PodDisruptionBudget", "Job"} {
+				for _, k := range []string{"PodMonitor", "PrometheusRule", "TriggerAuthentication", "ScaledObject", "NetworkPolicy", "PodDisruptionBudget", "Job", "ServiceAccount", "Service"} {
 					if n[k] == 0 {
 						t.Errorf("the cloud set renders no %s (%v)", k, n)
 					}
@@ -113,7 +122,7 @@ func TestChartRendersStrictly(t *testing.T) {
 				}
 			}
 			if name == "plain" {
-				for _, k := range []string{"ScaledObject", "NetworkPolicy", "Job"} {
+				for _, k := range []string{"ScaledObject", "NetworkPolicy", "Job", "ServiceAccount"} {
 					if n[k] != 0 {
 						t.Errorf("the plain set switches %s off but renders %d", k, n[k])
 					}
@@ -369,7 +378,7 @@ func TestCrossChecksFail(t *testing.T) {
 			find(objs, "ScaledObject", "fanout-worker-delivery-low").(*kedav1alpha1.ScaledObject).Spec.MinReplicaCount = &zero
 		}},
 		{"NetworkPolicy misses Kafka's port", "needs egress to TCP/9096", func(objs []Object) {
-			np := find(objs, "NetworkPolicy", "fanout-kafka-and-redis").(*networkingv1.NetworkPolicy)
+			np := find(objs, "NetworkPolicy", "fanout-kafka").(*networkingv1.NetworkPolicy)
 			np.Spec.Egress[0].Ports[0].Port = ptr(intstr.FromInt32(9092))
 		}},
 		{"destinations reach the metadata address", "169.254.169.254", func(objs []Object) {
@@ -377,14 +386,48 @@ func TestCrossChecksFail(t *testing.T) {
 			np.Spec.Egress[0].To[0].IPBlock.Except = nil
 		}},
 		{"image by tag", "not pinned by digest", func(objs []Object) {
-			worker(objs, "fanout-bridge").Image = "registry.example.com/fanout:latest"
+			worker(objs, "fanout-worker-delivery-high").Image = "registry.example.com/fanout:latest"
 		}},
 		{"probe on another port", "no liveness probe on /metrics", func(objs []Object) {
 			worker(objs, "fanout-worker-events").LivenessProbe.HTTPGet.Path = "/healthz"
 		}},
-		{"PodMonitor misses the bridge", "does not select Deployment/fanout-bridge", func(objs []Object) {
+		{"PodMonitor misses the events workers", "does not select Deployment/fanout-worker-events", func(objs []Object) {
 			pm := find(objs, "PodMonitor", "fanout").(*monitoringv1.PodMonitor)
-			pm.Spec.Selector.MatchExpressions[2].Values = []string{"worker-events", "worker-delivery-high", "worker-delivery-normal", "worker-delivery-low"}
+			pm.Spec.Selector.MatchExpressions[2].Values = []string{"worker-delivery-high", "worker-delivery-normal", "worker-delivery-low", "bridge"}
+		}},
+		{"no bridge anywhere", "no bridge", func(objs []Object) {
+			c := worker(objs, "fanout-worker-events")
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "FANOUT_BRIDGE" })
+		}},
+		{"a single bridge consumer", "wants at least 2 replicas", func(objs []Object) {
+			one := int32(1)
+			find(objs, "ScaledObject", "fanout-worker-events").(*kedav1alpha1.ScaledObject).Spec.MinReplicaCount = &one
+		}},
+		{"an object without the chart label", "no label helm.sh/chart", func(objs []Object) {
+			delete(find(objs, "Service", "fanout-codec-server").(*corev1.Service).Labels, "helm.sh/chart")
+		}},
+		{"the chart version in a selector", "selector label helm.sh/chart", func(objs []Object) {
+			find(objs, "Deployment", "fanout-worker-delivery-low").(*appsv1.Deployment).Spec.Selector.MatchLabels["helm.sh/chart"] = "fanout-0.1.0"
+		}},
+		{"a pod on a ServiceAccount nobody creates", "is not a rendered ServiceAccount", func(objs []Object) {
+			find(objs, "Deployment", "fanout-codec-server").(*appsv1.Deployment).Spec.Template.Spec.ServiceAccountName = "fanout-codec"
+		}},
+		{"setup after the install", "want pre-install,pre-upgrade", func(objs []Object) {
+			find(objs, "Job", "fanout-setup").(*batchv1.Job).Annotations["helm.sh/hook"] = "post-install,post-upgrade"
+		}},
+		{"setup's ConfigMap created after it", "needs ConfigMap/fanout-setup-config at hook time", func(objs []Object) {
+			find(objs, "ConfigMap", "fanout-setup-config").(*corev1.ConfigMap).Annotations["helm.sh/hook-weight"] = "0"
+		}},
+		{"setup's ConfigMap a release object", "needs ConfigMap/fanout-config at hook time", func(objs []Object) {
+			j := find(objs, "Job", "fanout-setup").(*batchv1.Job)
+			j.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name = "fanout-config"
+		}},
+		{"setup creating topics without Kafka egress", "Job/fanout-setup (setup): its configuration needs egress to TCP/9096", func(objs []Object) {
+			np := find(objs, "NetworkPolicy", "fanout-kafka").(*networkingv1.NetworkPolicy)
+			np.Spec.PodSelector.MatchExpressions[0].Values = slices.DeleteFunc(np.Spec.PodSelector.MatchExpressions[0].Values, func(v string) bool { return v == "setup" })
+		}},
+		{"codec server unreachable", "no ingress on its port http", func(objs []Object) {
+			find(objs, "NetworkPolicy", "fanout-codec-server").(*networkingv1.NetworkPolicy).Spec.Ingress[0].Ports[0].Port = ptr(intstr.FromInt32(8000))
 		}},
 		{"PrometheusRule with a bad expression", "PrometheusRule/fanout", func(objs []Object) {
 			pr := find(objs, "PrometheusRule", "fanout").(*monitoringv1.PrometheusRule)
@@ -407,3 +450,34 @@ func TestCrossChecksFail(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// parseValues reads values from YAML text.
+func parseValues(t *testing.T, text string) map[string]any {
+	t.Helper()
+	v := map[string]any{}
+	if err := yaml.Unmarshal([]byte(text), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// setDigest sets image.digest to testDigest unless the values set one.
+func setDigest(values map[string]any) {
+	img, _ := values["image"].(map[string]any)
+	if img == nil {
+		img = map[string]any{}
+		values["image"] = img
+	}
+	if _, ok := img["digest"]; !ok {
+		img["digest"] = testDigest
+	}
+}
+
+func toYAML(t *testing.T, v any) string {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
