@@ -85,6 +85,12 @@ type Options struct {
 	// `temporal server start-dev --db-filename` and none of the stack's
 	// tuning flags (see temporalArgs); SwitchTemporal changes it later.
 	StockTemporal bool
+	// NoSearchAttributes leaves the namespace as a fresh server has it,
+	// without fanout's search attributes, for a test that registers them
+	// the way a deployment does (`starter setup`). Use it with
+	// StockTemporal: the tuned server caches search attributes, so ones
+	// added while it runs would not show.
+	NoSearchAttributes bool
 	// TemporalFlags are added to the dev server's flags (not the stock
 	// server's), TemporalEnv to its environment: for experiments with its
 	// dynamic config and runtime.
@@ -308,7 +314,7 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	added, err := waitTemporal(ctx, s.TemporalAddr, p)
+	added, err := waitTemporal(ctx, s.TemporalAddr, p, !s.opts.NoSearchAttributes)
 	if err == nil && added && !s.stock {
 		// The tuned server caches search attributes (see temporalArgs):
 		// start it again so that every service sees the ones just added.
@@ -316,7 +322,7 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 		if p, err = startProc("temporal", s.LogPath("temporal"), s.tbin, args, env); err != nil {
 			return err
 		}
-		_, err = waitTemporal(ctx, s.TemporalAddr, p)
+		_, err = waitTemporal(ctx, s.TemporalAddr, p, true)
 	}
 	if err != nil {
 		p.Kill()
