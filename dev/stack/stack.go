@@ -298,7 +298,7 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	if !s.opts.InMemory {
 		db = filepath.Join(s.Dir, "temporal.db")
 	}
-	if s.stock {
+	if s.stock && db != "" {
 		db = strings.TrimSuffix(db, ".db") + "-stock.db"
 	}
 	args := temporalArgs(s.opts.TemporalPort, s.opts.UIPort, s.mport, db, s.stock)
