@@ -656,11 +656,11 @@ func decodingClient(t *testing.T, e local, cfg Config, rw rewriteTable) client.C
 func closedUndelivered(ctx context.Context, tc client.Client, missing map[string]int) map[string]string {
 	out := map[string]string{}
 	for id := range missing {
-		d, err := tc.DescribeWorkflowExecution(ctx, stack.WorkflowID(id), "")
+		d, err := tc.DescribeWorkflow(ctx, stack.WorkflowID(id), "")
 		if err != nil {
 			continue
 		}
-		if s := d.GetWorkflowExecutionInfo().GetStatus(); s != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if s := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); s != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			out[id] = s.String()
 		}
 	}
@@ -677,12 +677,12 @@ func diagnose(ctx context.Context, tc client.Client, e local, cfg Config, rw rew
 	var texts []string
 	for _, id := range slices.Sorted(maps.Keys(missing)) {
 		wid := stack.WorkflowID(id)
-		d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
+		d, err := tc.DescribeWorkflow(ctx, wid, "")
 		if err != nil {
 			fmt.Fprintf(&b, "event %s: no workflow %s (%v): the bridge did not start it\n", id, wid, err)
 			continue
 		}
-		status := d.GetWorkflowExecutionInfo().GetStatus()
+		status := d.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 		fmt.Fprintf(&b, "event %s: workflow %s %s\n", id, wid, status)
 		if status != enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
