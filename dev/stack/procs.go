@@ -323,11 +323,26 @@ func temporalArgs(port, uiPort, metricsPort int, dbFile string, stock bool) []st
 	return args
 }
 
+// withoutSearchAttributes is args without the search attributes and the
+// flag that has the server cache them (Options.NoSearchAttributes).
+func withoutSearchAttributes(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if i+1 < len(args) && (args[i] == "--search-attribute" ||
+			args[i] == "--dynamic-config-value" && strings.HasPrefix(args[i+1], "system.forceSearchAttributesCacheRefreshOnRead=")) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
 // waitTemporal waits until the Temporal frontend at addr answers a health
-// check, then (with register) registers fanout's search attributes: --search-attribute
-// registers them only when the database is created, and a dev database from
-// an older fanout lacks the newer ones; added reports whether it
-// registered any.
+// check, then (with register) registers fanout's search attributes:
+// --search-attribute registers them only when the database is created, and
+// a dev database from an older fanout lacks the newer ones; added reports
+// whether it registered any.
 func waitTemporal(ctx context.Context, addr string, p *Proc, register bool) (added bool, _ error) {
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {

@@ -85,16 +85,15 @@ type Options struct {
 	// `temporal server start-dev --db-filename` and none of the stack's
 	// tuning flags (see temporalArgs); SwitchTemporal changes it later.
 	StockTemporal bool
-	// NoSearchAttributes leaves the namespace as a fresh server has it,
-	// without fanout's search attributes, for a test that registers them
-	// the way a deployment does (`starter setup`). Use it with
-	// StockTemporal: the tuned server caches search attributes, so ones
-	// added while it runs would not show.
-	NoSearchAttributes bool
 	// TemporalFlags are added to the dev server's flags (not the stock
 	// server's), TemporalEnv to its environment: for experiments with its
 	// dynamic config and runtime.
 	TemporalFlags, TemporalEnv []string
+	// NoSearchAttributes starts the dev server without fanout's search
+	// attributes, as a namespace is before `starter setup`, for tests of
+	// what runs before it. The server then re-reads them on every use
+	// (start-dev's default), so ones registered later count at once.
+	NoSearchAttributes bool
 	// Client configures Stack.TC; Start sets HostPort, and a Logger that
 	// discards when there is none.
 	Client client.Options
@@ -304,6 +303,9 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	args := temporalArgs(s.opts.TemporalPort, s.opts.UIPort, s.mport, db, s.stock)
 	if s.CodecServerURL != "" && s.opts.UIPort != 0 {
 		args = append(args, "--ui-codec-endpoint", s.CodecServerURL)
+	}
+	if s.opts.NoSearchAttributes {
+		args = withoutSearchAttributes(args)
 	}
 	var env []string
 	if !s.stock {
