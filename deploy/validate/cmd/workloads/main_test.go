@@ -9,7 +9,7 @@ import (
 
 func defaults(t *testing.T) *Output {
 	t.Helper()
-	out, err := run(options{chart: "../../../helm/fanout", compose: "../../../compose.yaml", kustomize: "../../../k8s",
+	out, err := run(options{chart: "../../../helm/fanout", values: "testdata/digest.yaml", compose: "../../../compose.yaml", kustomize: "../../../k8s",
 		secret: "../../../k8s/examples/secret.yaml", dockerfile: "../../../Dockerfile"})
 	if err != nil {
 		t.Fatal(err)
@@ -17,7 +17,7 @@ func defaults(t *testing.T) *Output {
 	return out
 }
 
-// The chart's defaults and deploy/k8s (generated from them) run the same
+// The chart's defaults (with an image digest) and deploy/k8s (generated from them) run the same
 // processes: same binaries, arguments, environments and files, the setup
 // Job among them; only when it runs differs (a Helm hook, or a Job that
 // kubectl applies with the rest).
