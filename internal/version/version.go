@@ -76,7 +76,7 @@ func resolve(bi *debug.BuildInfo, ldVersion, ldCommit, ldModified string) Info {
 // String is the one line a command prints for -version: "worker v1.2.0,
 // commit 3f2a...e1, tree clean, go1.26.4 linux/amd64".
 func (in Info) String(cmd string) string {
-	c := "commit unknown (built without VCS information: use go tool task build, or go build in a git clone)"
+	c := "commit unknown (not stamped: go tool task build stamps it, as go build does in a git clone)"
 	if in.Commit != "" {
 		c = "commit " + in.Commit
 		switch in.Modified {
