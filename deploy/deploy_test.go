@@ -1298,6 +1298,72 @@ func TestDockerfileStamps(t *testing.T) {
 	}
 }
 
+// taskfile is the repository's Taskfile (go tool task).
+const taskfile = "../Taskfile.yml"
+
+// TestReleaseShipsTheImagesCommands: `go tool task release` (and build)
+// build the commands listed in the Taskfile's SHIPPED_CMDS, which are
+// exactly those the image builds, and every command of the shipped stages
+// (the main packages under starter/ and workers/) is among them.
+func TestReleaseShipsTheImagesCommands(t *testing.T) {
+	b, err := os.ReadFile(taskfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Vars  map[string]any `yaml:"vars"`
+		Tasks map[string]struct {
+			Cmds []any `yaml:"cmds"`
+		} `yaml:"tasks"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatalf("%s: %v", taskfile, err)
+	}
+	list, _ := tf.Vars["SHIPPED_CMDS"].(string)
+	shipped := strings.Fields(list)
+	if len(shipped) == 0 {
+		t.Fatalf("%s: no SHIPPED_CMDS variable", taskfile)
+	}
+	img := parseDockerfile(t)
+	if got, want := slices.Sorted(slices.Values(img.packages)), slices.Sorted(slices.Values(shipped)); !slices.Equal(got, want) {
+		t.Errorf("%s builds %v, but %s's SHIPPED_CMDS (the release archives) %v: keep them the same", dockerfile, got, taskfile, want)
+	}
+	for _, stage := range []string{"starter", "workers"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot, stage), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return err
+			}
+			if d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			pkgs, err := packageNames(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(repoRoot, p)
+			if pkg := "./" + filepath.ToSlash(rel); pkgs["main"] && !slices.Contains(shipped, pkg) {
+				t.Errorf("%s is a command of a shipped stage, missing from %s's SHIPPED_CMDS (and the image)", pkg, taskfile)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The tasks build that list, stamped with the version.
+	for _, task := range []string{"build", "release"} {
+		cmds, err := yaml.Marshal(tf.Tasks[task].Cmds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"{{.SHIPPED_CMDS}}", "{{.VERSION_LDFLAGS}}"} {
+			if !strings.Contains(string(cmds), want) {
+				t.Errorf("%s: task %s does not build with %s", taskfile, task, want)
+			}
+		}
+	}
+}
+
 func goModVersion(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(goMod)
