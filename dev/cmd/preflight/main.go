@@ -100,8 +100,8 @@ func advice(h host, missing []tool) string {
 	for _, t := range missing {
 		fmt.Fprintf(&b, "  %s: %s\n", t.bin, t.needBy)
 	}
-	switch {
-	case h.goos == "darwin":
+	switch h.goos {
+	case "darwin":
 		var formulas, casks []string
 		for _, t := range missing {
 			if c, ok := strings.CutPrefix(t.brew, "--cask "); ok {
