@@ -1,8 +1,13 @@
 package fanout_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"go/format"
 	"maps"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -234,4 +239,104 @@ func TestREADMEDefaultsCheckFires(t *testing.T) {
 	if sameDefault(doc["FANOUT_MAX_ATTEMPTS"], code["FANOUT_MAX_ATTEMPTS"]) {
 		t.Errorf("a README default of 5 passes against the code's %q", code["FANOUT_MAX_ATTEMPTS"])
 	}
+}
+
+// readmeGoProgram is the Go program of README.md's "Define an event type in
+// Go" section (its first go block, a package main) and the README line it
+// starts on.
+func readmeGoProgram(t *testing.T, readme string) (src string, line int) {
+	t.Helper()
+	const section = "\n## Define an event type in Go\n"
+	i := strings.Index(readme, section)
+	if i < 0 {
+		t.Fatalf("README.md has no%s", strings.TrimRight(section, "\n"))
+	}
+	start := i + len(section)
+	end := len(readme)
+	if j := strings.Index(readme[start:], "\n## "); j >= 0 {
+		end = start + j
+	}
+	const fence = "\n```go\n"
+	k := strings.Index(readme[start:end], fence)
+	if k < 0 {
+		t.Fatal("README.md, Define an event type in Go: no ```go block")
+	}
+	body := start + k + len(fence)
+	stop := strings.Index(readme[body:end], "\n```")
+	if stop < 0 {
+		t.Fatal("README.md, Define an event type in Go: the ```go block is not closed")
+	}
+	src = readme[body : body+stop+1]
+	if !strings.HasPrefix(src, "package main\n") {
+		t.Fatalf("README.md, Define an event type in Go: the first go block is not a program (package main): %.40q", src)
+	}
+	return src, strings.Count(readme[:body], "\n") + 1
+}
+
+// exampleDir is the package the README's program is compiled as, through
+// go build -overlay: inside this module (its imports resolve with this
+// go.mod) but never on disk.
+const exampleDir = "readme-example-program"
+
+// TestREADMEGoExample: the README's Go program is the one compiled, as it
+// stands (errors point at README.md's lines); a user who copies it gets a
+// program that builds against this module.
+func TestREADMEGoExample(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, line := readmeGoProgram(t, string(b))
+	if formatted, err := format.Source([]byte(src)); err == nil && string(formatted) != src {
+		t.Errorf("the README's Go example (README.md line %d) is not gofmt-formatted", line)
+	}
+	if err := buildProgram(t, fmt.Sprintf("//line README.md:%d\n%s", line, src)); err != nil {
+		t.Fatalf("the README's Go example (README.md line %d) does not compile: %v", line, err)
+	}
+}
+
+// The check fires: the same program with one undefined name does not build.
+func TestREADMEGoExampleCheckFires(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _ := readmeGoProgram(t, string(b))
+	broken := strings.Replace(src, "func main() {\n", "func main() {\n\tundefinedInTheREADME()\n", 1)
+	if broken == src {
+		t.Fatal("the README's program has no func main")
+	}
+	if err := buildProgram(t, broken); err == nil || !strings.Contains(err.Error(), "undefinedInTheREADME") {
+		t.Fatalf("a broken program built: %v", err)
+	}
+}
+
+// buildProgram compiles src as package exampleDir of this module.
+func buildProgram(t *testing.T, src string) error {
+	t.Helper()
+	if _, err := os.Stat(exampleDir); err == nil {
+		t.Fatalf("%s exists in the tree; the overlay would mix with it", exampleDir)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "main.go")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(wd, exampleDir, "main.go"): file}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ovFile := filepath.Join(tmp, "overlay.json")
+	if err := os.WriteFile(ovFile, overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "build", "-overlay", ovFile, "-o", filepath.Join(tmp, "example"), "./"+exampleDir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	return nil
 }

@@ -6,8 +6,9 @@ package deploy
 // Validate, envconfig for TEMPORAL_*) with the example Secret laid out as the
 // kubelet mounts it; containers run binaries the Dockerfile installs and
 // starter subcommands that exist; the Dockerfile builds main packages of this
-// module statically with go.mod's Go into a non-root image; compose's workers
-// cover every queue.
+// module statically with go.mod's Go into a non-root image, stamped with the
+// release version and commit and labelled (OCI); compose's workers cover
+// every queue.
 //
 // Everything else lives in the deploy/validate module (its own go.mod, so
 // its heavy dependencies stay out of the service's): the Helm chart rendered
@@ -792,6 +793,10 @@ type dockerImage struct {
 	binaries    map[string]string // binary name -> path in the final image
 	finalUser   string            // USER of the final stage
 	finalFrom   string
+	ldflags     string            // the go build's -ldflags value
+	builderArgs map[string]bool   // ARGs declared in the stage that runs go build
+	finalArgs   map[string]bool   // ARGs declared in the final stage
+	labels      map[string]string // LABELs of the final stage
 }
 
 // dockerInstructions joins continuation lines and drops comments.
@@ -865,8 +870,9 @@ func parseDockerfile(t *testing.T) dockerImage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := dockerImage{built: map[string]string{}, binaries: map[string]string{}}
+	img := dockerImage{built: map[string]string{}, binaries: map[string]string{}, labels: map[string]string{}}
 	stage, stageFrom := "", ""
+	stageArgs := map[string]bool{}
 	stageEnvCGO := map[string]bool{}
 	builderStage := ""
 	for _, ins := range dockerInstructions(b) {
@@ -888,6 +894,19 @@ func parseDockerfile(t *testing.T) dockerImage {
 				stage = words[2]
 			}
 			img.finalFrom, img.finalUser = stageFrom, ""
+			stageArgs = map[string]bool{}
+			img.finalArgs, img.labels = stageArgs, map[string]string{}
+		case "ARG":
+			for _, w := range shellWords(rest) {
+				name, _, _ := strings.Cut(w, "=")
+				stageArgs[name] = true
+			}
+		case "LABEL":
+			for _, w := range shellWords(rest) {
+				if k, v, ok := strings.Cut(w, "="); ok {
+					img.labels[k] = v
+				}
+			}
 		case "ENV":
 			if regexp.MustCompile(`\bCGO_ENABLED=0\b`).MatchString(rest) {
 				stageEnvCGO[stage] = true
@@ -902,6 +921,7 @@ func parseDockerfile(t *testing.T) dockerImage {
 				}
 				builderStage = stage
 				img.builderFrom = stageFrom
+				img.builderArgs = maps.Clone(stageArgs) // those declared before the go build
 				img.cgoDisabled = stageEnvCGO[stage] || regexp.MustCompile(`\bCGO_ENABLED=0\b`).MatchString(rest)
 				outFlag := ""
 				var pkgs []string
@@ -911,6 +931,11 @@ func parseDockerfile(t *testing.T) dockerImage {
 						break
 					}
 					if strings.HasPrefix(w, "-") {
+						if v, ok := strings.CutPrefix(w, "-ldflags="); ok {
+							img.ldflags = v
+						} else if w == "-ldflags" && j+1 < len(words) {
+							img.ldflags = words[j+1]
+						}
 						if strings.Contains(w, "=") {
 							if v, ok := strings.CutPrefix(w, "-o="); ok {
 								outFlag = v
@@ -1193,6 +1218,157 @@ func TestDockerfile(t *testing.T) {
 	user, _, _ := strings.Cut(img.finalUser, ":")
 	if uid, err := strconv.Atoi(user); err != nil || uid == 0 {
 		t.Errorf("%s: final stage (%s) USER %q: want a numeric non-root uid", dockerfile, img.finalFrom, img.finalUser)
+	}
+}
+
+// versionPackage is where the binaries' version and commit are linked in
+// (-ldflags -X), and versionVars the variables the image stamps, by the
+// build arg that sets them.
+const (
+	versionPackage = "github.com/fanout/fanout/internal/version"
+	versionGo      = "../internal/version/version.go"
+)
+
+var versionVars = map[string]string{"version": "VERSION", "commit": "COMMIT"}
+
+// TestDockerfileStamps: the image's binaries get the VERSION and COMMIT build
+// args linked into internal/version's variables (the context has no .git,
+// so Go cannot stamp them: `worker -version` said "(devel)"), and the image
+// carries the OCI labels, the version and revision from the same args.
+func TestDockerfileStamps(t *testing.T) {
+	img := parseDockerfile(t)
+	// The variables exist: -X on a missing symbol is silently ignored.
+	f, err := parser.ParseFile(token.NewFileSet(), versionGo, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+			for _, sp := range g.Specs {
+				for _, n := range sp.(*ast.ValueSpec).Names {
+					declared[n.Name] = true
+				}
+			}
+		}
+	}
+	ld := shellWords(img.ldflags)
+	for v, arg := range versionVars {
+		if !declared[v] {
+			t.Errorf("%s declares no variable %s, which the image stamps", versionGo, v)
+		}
+		want := versionPackage + "." + v + "=${" + arg + "}"
+		found := false
+		for i := 0; i+1 < len(ld); i++ {
+			found = found || (ld[i] == "-X" && ld[i+1] == want)
+		}
+		if !found {
+			t.Errorf("%s: go build -ldflags %q: no -X %s", dockerfile, img.ldflags, want)
+		}
+		if !img.builderArgs[arg] {
+			t.Errorf("%s: the go build's stage declares no ARG %s before it: ${%s} would be empty", dockerfile, arg, arg)
+		}
+	}
+	if !slices.Contains(shellWords(img.ldflags), "-s") {
+		t.Errorf("%s: go build -ldflags %q: want -s -w (no symbol table in the image)", dockerfile, img.ldflags)
+	}
+	license, err := os.ReadFile(filepath.Join(repoRoot, "LICENSE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spdx := ""
+	if bytes.Contains(license, []byte("Apache License")) && bytes.Contains(license, []byte("Version 2.0")) {
+		spdx = "Apache-2.0"
+	}
+	for label, want := range map[string]string{
+		"org.opencontainers.image.version":  "${VERSION}",
+		"org.opencontainers.image.revision": "${COMMIT}",
+		"org.opencontainers.image.created":  "${CREATED}",
+		"org.opencontainers.image.licenses": spdx,
+		"org.opencontainers.image.source":   "https://github.com/fanout/fanout",
+		"org.opencontainers.image.title":    "fanout",
+	} {
+		if got, ok := img.labels[label]; !ok || got != want {
+			t.Errorf("%s: final stage LABEL %s=%q (present: %v), want %q", dockerfile, label, got, ok, want)
+		}
+	}
+	if img.labels["org.opencontainers.image.description"] == "" {
+		t.Errorf("%s: no org.opencontainers.image.description label", dockerfile)
+	}
+	// Each ${ARG} a label uses is declared in the final stage (an ARG of
+	// another stage is empty there).
+	for k, v := range img.labels {
+		for _, m := range regexp.MustCompile(`\$\{?(\w+)`).FindAllStringSubmatch(v, -1) {
+			if !img.finalArgs[m[1]] {
+				t.Errorf("%s: LABEL %s uses ${%s}, which the final stage does not declare (ARG %s)", dockerfile, k, m[1], m[1])
+			}
+		}
+	}
+}
+
+// taskfile is the repository's Taskfile (go tool task).
+const taskfile = "../Taskfile.yml"
+
+// TestReleaseShipsTheImagesCommands: `go tool task release` (and build)
+// build the commands listed in the Taskfile's SHIPPED_CMDS, which are
+// exactly those the image builds, and every command of the shipped stages
+// (the main packages under starter/ and workers/) is among them.
+func TestReleaseShipsTheImagesCommands(t *testing.T) {
+	b, err := os.ReadFile(taskfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Vars  map[string]any `yaml:"vars"`
+		Tasks map[string]struct {
+			Cmds []any `yaml:"cmds"`
+		} `yaml:"tasks"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatalf("%s: %v", taskfile, err)
+	}
+	list, _ := tf.Vars["SHIPPED_CMDS"].(string)
+	shipped := strings.Fields(list)
+	if len(shipped) == 0 {
+		t.Fatalf("%s: no SHIPPED_CMDS variable", taskfile)
+	}
+	img := parseDockerfile(t)
+	if got, want := slices.Sorted(slices.Values(img.packages)), slices.Sorted(slices.Values(shipped)); !slices.Equal(got, want) {
+		t.Errorf("%s builds %v, but %s's SHIPPED_CMDS (the release archives) %v: keep them the same", dockerfile, got, taskfile, want)
+	}
+	for _, stage := range []string{"starter", "workers"} {
+		err := filepath.WalkDir(filepath.Join(repoRoot, stage), func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return err
+			}
+			if d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			pkgs, err := packageNames(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(repoRoot, p)
+			if pkg := "./" + filepath.ToSlash(rel); pkgs["main"] && !slices.Contains(shipped, pkg) {
+				t.Errorf("%s is a command of a shipped stage, missing from %s's SHIPPED_CMDS (and the image)", pkg, taskfile)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The tasks build that list, stamped with the version.
+	for _, task := range []string{"build", "release"} {
+		cmds, err := yaml.Marshal(tf.Tasks[task].Cmds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"{{.SHIPPED_CMDS}}", "{{.VERSION_LDFLAGS}}"} {
+			if !strings.Contains(string(cmds), want) {
+				t.Errorf("%s: task %s does not build with %s", taskfile, task, want)
+			}
+		}
 	}
 }
 

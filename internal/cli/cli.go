@@ -3,7 +3,7 @@
 // purpose, its flags and the environment variables it reads (from the
 // configuration structs' tags, internal/config.EnvVars), flag parsing that
 // never starts work on -h, exit statuses (0 done or help, 1 failed, 2 usage
-// error), and the version from the build information.
+// error) and the -version flag (the version line itself: internal/version).
 package cli
 
 import (
@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 
@@ -172,37 +171,4 @@ func IsHelpFlag(arg string) bool {
 		return true
 	}
 	return false
-}
-
-// Version is the command's version line, from the build information: the
-// main module's path and version ("(devel)" when built from a checkout),
-// the VCS revision and time and whether the tree had uncommitted changes
-// (stamped by go build in a git checkout), and the Go version.
-func Version(cmd string) string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return cmd + " (no build information)"
-	}
-	var rev, at, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = " (dirty: uncommitted changes)"
-			}
-		}
-	}
-	v := fmt.Sprintf("%s %s %s", cmd, bi.Main.Path, bi.Main.Version)
-	if rev != "" {
-		v += " revision " + rev
-		if at != "" {
-			v += " " + at
-		}
-		v += dirty
-	}
-	return v + " " + bi.GoVersion
 }

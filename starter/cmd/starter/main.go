@@ -38,6 +38,7 @@ import (
 	"github.com/fanout/fanout/internal/cli"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
+	"github.com/fanout/fanout/internal/version"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
@@ -101,7 +102,7 @@ var commands = []struct{ name, summary string }{
 	{"limits", "set, unset or show the per-destination rate limits of an event type (no restart)"},
 	{"setup", "register fanout's search attributes on a namespace (idempotent)"},
 	{"codec-server", "serve the payload codec to the Temporal UI and CLI (token, CORS)"},
-	{"version", "print the version (module, VCS revision, dirty flag, Go)"},
+	{"version", "print the version, the commit it was built from (and whether the tree was modified), Go and platform"},
 }
 
 func commandNames() []string {
@@ -135,10 +136,10 @@ environment variables it reads. Configuration comes from FANOUT_* and TEMPORAL_*
 
 func runVersion(args []string) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	if err := cli.Parse(fs, args, cli.Help{Name: "starter version", Summary: "starter version prints the module version, the VCS revision and whether the tree was dirty, and the Go version."}, false); err != nil {
+	if err := cli.Parse(fs, args, cli.Help{Name: "starter version", Summary: "starter version prints the version, the commit it was built from and whether that tree had uncommitted changes, the Go version and the platform (the same as -version)."}, false); err != nil {
 		return err
 	}
-	fmt.Println(cli.Version("starter"))
+	fmt.Println(version.Line("starter"))
 	return nil
 }
 

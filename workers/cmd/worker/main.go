@@ -27,6 +27,7 @@ import (
 	"github.com/fanout/fanout/internal/codec"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/telemetry"
+	"github.com/fanout/fanout/internal/version"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
@@ -70,15 +71,15 @@ SIGINT or SIGTERM.`,
 // anything else on the command line before any work starts.
 func parseArgs(args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	version := fs.Bool("version", false, "print the version and exit")
+	showVersion := fs.Bool("version", false, "print the version and the commit it was built from, and exit")
 	if len(args) == 1 && args[0] == "version" {
 		args = []string{"-version"}
 	}
 	if err := cli.Parse(fs, args, help(), false); err != nil {
 		return err
 	}
-	if *version {
-		fmt.Println(cli.Version("worker"))
+	if *showVersion {
+		fmt.Println(version.Line("worker"))
 		return cli.ErrHelp
 	}
 	return nil
