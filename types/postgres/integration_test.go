@@ -206,8 +206,8 @@ func TestPagesEveryFollowerOnceInOrder(t *testing.T) {
 	}
 }
 
-// Text ids page the same way (COALESCE(:cursor, ”)), in the database's
-// order, each once.
+// Text ids page the same way (COALESCE with the empty string for the
+// first page), in the database's order, each once.
 func TestPagesTextIDs(t *testing.T) {
 	s := newSource(t, `SELECT handle AS id, url AS address FROM followers
 		WHERE author_id = :payload.author_id AND handle > COALESCE(:cursor, '')
@@ -447,5 +447,24 @@ func TestHostilePayload(t *testing.T) {
 	}
 	if after := count(t, c); after != before {
 		t.Fatalf("followers: %d rows, were %d", after, before)
+	}
+}
+
+// Every query mode pgx offers but the simple protocol (refused at load)
+// sends the parameters as parameters and pages alike: a DSN for PgBouncer
+// in transaction mode may ask for exec or describe_exec.
+func TestQueryExecModes(t *testing.T) {
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec"} {
+		t.Run(mode, func(t *testing.T) {
+			s := newSourceDSN(t, dsn+"&default_query_exec_mode="+mode, followersQuery, 0)
+			rs, cursors := pageAll(t, s, post(2), 30)
+			if len(rs) != 100 || len(cursors) != 4 || rs[99].ID != "100" || cursors[3] != "90" {
+				t.Fatalf("%d recipients, cursors %q", len(rs), cursors)
+			}
+			_, err := s.Page(context.Background(), post(`x'; DROP TABLE followers; --`), "", 30)
+			if !fanout.IsPermanent(err) || !strings.Contains(err.Error(), "22P02") {
+				t.Fatalf("a hostile author_id: %v", err)
+			}
+		})
 	}
 }

@@ -16,11 +16,15 @@
 //
 // It pages by keyset: the next page's cursor is the last row's id, and
 // there is no next page when fewer than :limit rows come back. :cursor is
-// NULL on the first page (hence the COALESCE; for text ids,
-// COALESCE(:cursor, ”)). Because a page is "the :limit rows after this
-// id", a page asked twice is the same page (a retry, a batch fetched
-// again), whatever rows were added before it since; OFFSET paging would
-// shift, so a query with OFFSET is refused at load.
+// NULL on the first page, hence the COALESCE (with 0 for positive ids; in
+// general write (:cursor IS NULL OR id > :cursor)); for text ids:
+//
+//	AND handle > COALESCE(:cursor, '')
+//
+// Because a page is "the :limit rows after this id", a page asked twice is
+// the same page (a retry, a batch fetched again), whatever rows were added
+// before it since; OFFSET paging would shift, so a query with OFFSET is
+// refused at load.
 //
 // Named parameters, each sent to PostgreSQL as a parameter of the
 // statement ($1, $2, ...), never spliced into its text, so no payload can
@@ -103,7 +107,8 @@ const MaxStatementTimeout = 4 * time.Minute
 // connect_timeout.
 const DefaultConnectTimeout = 10 * time.Second
 
-// Config is a postgres source as the types file writes it.
+// Config is a postgres source as the types file writes it (dsn_file,
+// query, statement_timeout).
 type Config struct {
 	// DSNFile is the file holding the DSN (a postgres:// URL or
 	// keyword=value pairs), never written inline.
@@ -130,43 +135,70 @@ type Source struct {
 	closed bool
 }
 
+// FieldError is New's error: the field of Config at fault, by its name in
+// the types file, and why.
+type FieldError struct {
+	// Field is dsn_file, query or statement_timeout.
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Names of Config's fields in a types file.
+const (
+	FieldDSNFile          = "dsn_file"
+	FieldQuery            = "query"
+	FieldStatementTimeout = "statement_timeout"
+)
+
+func fieldErr(field, format string, a ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, a...)}
+}
+
 // New validates cfg (the query parses into named parameters, :cursor and
 // :limit are used, no OFFSET, the DSN file exists and holds a DSN) and
-// returns a Source; it connects lazily, on the first page. Errors name the
-// field (DSNFile, Query, StatementTimeout).
+// returns a Source; it connects lazily, on the first page. Its error is a
+// *FieldError naming the field.
 func New(cfg Config) (*Source, error) {
 	timeout := cfg.StatementTimeout
 	switch {
 	case timeout < 0:
-		return nil, fmt.Errorf("StatementTimeout: %v is negative", timeout)
+		return nil, fieldErr(FieldStatementTimeout, "%v is negative", timeout)
 	case timeout > MaxStatementTimeout:
-		return nil, fmt.Errorf("StatementTimeout: %v is over %v (a recipients page has 5 minutes)", timeout, MaxStatementTimeout)
+		return nil, fieldErr(FieldStatementTimeout, "%v is over %v (a recipients page has 5 minutes)", timeout, MaxStatementTimeout)
 	case timeout == 0:
 		timeout = DefaultStatementTimeout
 	}
 	if timeout < time.Millisecond {
-		return nil, fmt.Errorf("StatementTimeout: %v is under 1ms (PostgreSQL counts in milliseconds)", timeout)
+		return nil, fieldErr(FieldStatementTimeout, "%v is under 1ms (PostgreSQL counts in milliseconds)", timeout)
 	}
 	q, err := parseQuery(cfg.Query)
 	if err != nil {
-		return nil, fmt.Errorf("Query: %w", err)
+		return nil, &FieldError{Field: FieldQuery, Err: err}
 	}
 	if cfg.DSNFile == "" {
-		return nil, errors.New("DSNFile: empty (the DSN is read from a file, never written inline)")
+		return nil, fieldErr(FieldDSNFile, "empty (the DSN is read from a file, never written inline)")
 	}
 	b, err := os.ReadFile(cfg.DSNFile)
 	if err != nil {
-		return nil, fmt.Errorf("DSNFile: %w", err)
+		return nil, &FieldError{Field: FieldDSNFile, Err: err}
 	}
 	dsn := strings.TrimSpace(string(b))
 	if dsn == "" {
-		return nil, fmt.Errorf("DSNFile: %s is empty", cfg.DSNFile)
+		return nil, fieldErr(FieldDSNFile, "%s is empty", cfg.DSNFile)
 	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's message quotes the DSN (its password masked at best):
 		// none of it is repeated.
-		return nil, fmt.Errorf("DSNFile: %s does not hold a PostgreSQL connection string (a postgres:// URL or keyword=value pairs)", cfg.DSNFile)
+		return nil, fieldErr(FieldDSNFile, "%s does not hold a PostgreSQL connection string (a postgres:// URL or keyword=value pairs)", cfg.DSNFile)
+	}
+	if pc.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeSimpleProtocol {
+		// pgx would write the parameters into the query's text (escaped);
+		// this source sends them as parameters, always.
+		return nil, fieldErr(FieldDSNFile, "%s sets default_query_exec_mode=simple_protocol, which puts parameters in the query's text; leave it out or use exec", cfg.DSNFile)
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,18 +27,19 @@ func dsnFile(t *testing.T, dsn string) string {
 func TestNewRefuses(t *testing.T) {
 	good := dsnFile(t, "postgres://fanout:s3cret-pw@127.0.0.1:5432/app")
 	for _, tc := range []struct {
-		name string
-		cfg  Config
-		want string
+		name, field string
+		cfg         Config
+		want        string
 	}{
-		{"missing DSN file", Config{DSNFile: filepath.Join(t.TempDir(), "nope"), Query: keyset}, "DSNFile: open "},
-		{"no DSN file", Config{Query: keyset}, "DSNFile: empty"},
-		{"empty DSN file", Config{DSNFile: dsnFile(t, "  "), Query: keyset}, "is empty"},
-		{"OFFSET", Config{DSNFile: good, Query: keyset + " OFFSET 5"}, "Query: OFFSET is refused"},
-		{"no cursor", Config{DSNFile: good, Query: "SELECT id, a AS address FROM t ORDER BY id LIMIT :limit"}, "Query: the query does not use :cursor"},
-		{"negative timeout", Config{DSNFile: good, Query: keyset, StatementTimeout: -time.Second}, "StatementTimeout: -1s is negative"},
-		{"long timeout", Config{DSNFile: good, Query: keyset, StatementTimeout: time.Hour}, "StatementTimeout: 1h0m0s is over 4m0s"},
-		{"sub-millisecond timeout", Config{DSNFile: good, Query: keyset, StatementTimeout: time.Microsecond}, "StatementTimeout: 1µs is under 1ms"},
+		{"missing DSN file", FieldDSNFile, Config{DSNFile: filepath.Join(t.TempDir(), "nope"), Query: keyset}, "open "},
+		{"no DSN file", FieldDSNFile, Config{Query: keyset}, "empty (the DSN is read from a file"},
+		{"empty DSN file", FieldDSNFile, Config{DSNFile: dsnFile(t, "  "), Query: keyset}, "is empty"},
+		{"simple protocol", FieldDSNFile, Config{DSNFile: dsnFile(t, "postgres://127.0.0.1/app?default_query_exec_mode=simple_protocol"), Query: keyset}, "default_query_exec_mode=simple_protocol"},
+		{"OFFSET", FieldQuery, Config{DSNFile: good, Query: keyset + " OFFSET 5"}, "OFFSET is refused"},
+		{"no cursor", FieldQuery, Config{DSNFile: good, Query: "SELECT id, a AS address FROM t ORDER BY id LIMIT :limit"}, "the query does not use :cursor"},
+		{"negative timeout", FieldStatementTimeout, Config{DSNFile: good, Query: keyset, StatementTimeout: -time.Second}, "-1s is negative"},
+		{"long timeout", FieldStatementTimeout, Config{DSNFile: good, Query: keyset, StatementTimeout: time.Hour}, "1h0m0s is over 4m0s"},
+		{"sub-millisecond timeout", FieldStatementTimeout, Config{DSNFile: good, Query: keyset, StatementTimeout: time.Microsecond}, "1µs is under 1ms"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(tc.cfg)
@@ -45,8 +47,9 @@ func TestNewRefuses(t *testing.T) {
 				s.Close()
 				t.Fatalf("New accepted %+v", tc.cfg)
 			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("New: %v, want %q", err, tc.want)
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.HasPrefix(err.Error(), tc.field+": ") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want a FieldError of %s with %q", err, tc.field, tc.want)
 			}
 		})
 	}
@@ -72,7 +75,7 @@ func TestNewBadDSNDoesNotLeak(t *testing.T) {
 		if err == nil {
 			t.Fatalf("New accepted the DSN %q", dsn)
 		}
-		if !strings.Contains(err.Error(), "DSNFile: "+f) || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "127.0.0.1") {
+		if !strings.Contains(err.Error(), "dsn_file: "+f) || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "127.0.0.1") {
 			t.Fatalf("New: %v: want the file named and nothing of the DSN", err)
 		}
 	}

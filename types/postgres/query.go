@@ -39,7 +39,7 @@ var knownParams = []string{ParamCursor, ParamLimit, ParamID, ParamType, ParamPri
 // :cursor and :limit both used.
 //
 // It is a scanner, not a SQL parser: it knows PostgreSQL's lexical
-// structure (strings '...' with ” doubled, E'...' with backslash escapes,
+// structure (strings '...' with a quote doubled inside, E'...' with backslash escapes,
 // dollar-quoted $tag$...$tag$, quoted identifiers "...", -- and nested
 // /* */ comments, the :: cast) well enough to tell a word of the query from
 // text inside those, and matches words case-insensitively. A column named
@@ -246,8 +246,8 @@ func checkParam(name string) error {
 }
 
 // stringLiteral returns the end of the string literal starting at q[i]
-// (a quote): ” is a quote inside it, and, when escapes is set (E'...'),
-// so is \'.
+// (a quote): two quotes are one quote inside it, and, when escapes is
+// set (E'...'), so is a backslash and a quote.
 func stringLiteral(q string, i int, escapes bool) (int, error) {
 	for j := i + 1; j < len(q); j++ {
 		switch q[j] {
