@@ -468,3 +468,16 @@ func TestQueryExecModes(t *testing.T) {
 		})
 	}
 }
+
+// The general form of the first page's filter, for ids of any sign,
+// pages alike (with the cast the package documentation asks for: without
+// it PostgreSQL cannot type :cursor in IS NULL).
+func TestCursorIsNullForm(t *testing.T) {
+	s := newSource(t, `SELECT follower_id AS id, url AS address FROM followers
+		WHERE author_id = :payload.author_id AND (:cursor::bigint IS NULL OR follower_id > :cursor::bigint)
+		ORDER BY follower_id LIMIT :limit`, 0)
+	rs, cursors := pageAll(t, s, post(2), 40)
+	if len(rs) != 100 || rs[0].ID != "1" || rs[99].ID != "100" || len(cursors) != 3 || cursors[2] != "80" {
+		t.Fatalf("%d recipients, cursors %q", len(rs), cursors)
+	}
+}

@@ -16,9 +16,11 @@
 //
 // It pages by keyset: the next page's cursor is the last row's id, and
 // there is no next page when fewer than :limit rows come back. :cursor is
-// NULL on the first page, hence the COALESCE (with 0 for positive ids; in
-// general write (:cursor IS NULL OR id > :cursor)); for text ids:
+// NULL on the first page, hence the COALESCE (with 0 for positive ids).
+// For ids of any sign, or text ids, write one of (PostgreSQL cannot tell
+// the type of a parameter used only in IS NULL: cast it):
 //
+//	AND (:cursor::bigint IS NULL OR follower_id > :cursor::bigint)
 //	AND handle > COALESCE(:cursor, '')
 //
 // Because a page is "the :limit rows after this id", a page asked twice is
@@ -50,8 +52,8 @@
 // positional parameter ($1) and no OFFSET (a column named offset is
 // written "offset"). What the scanner cannot check (that the order is by
 // the id column, that the filter is id > :cursor) is checked on each page
-// where it can be: no row may have the cursor's id, integer ids must
-// increase, and the cursor must advance.
+// where it can be: no row may have the cursor's id, and integer ids must
+// increase.
 //
 // # Running it
 //
