@@ -68,7 +68,7 @@ func main() {
 	case "bridge":
 		err = runBridge(ctx, args[1:])
 	case "publish":
-		err = runPublish(ctx, os.Args[2:])
+		err = runPublish(ctx, args[1:])
 	case "redrive":
 		err = runRedrive(ctx, args[1:])
 	case "redrive-events":
