@@ -129,7 +129,8 @@ func (s *Settings) Validate() error {
 
 // Config is the bridge's Config of these settings. types are the event
 // types it accepts: the registry's when the bridge runs in a worker, nil
-// for FANOUT_EVENT_TYPES. Its error is KafkaConn's.
+// for FANOUT_EVENT_TYPES. Its namespace is TemporalNamespace's. Its error
+// is KafkaConn's or TemporalNamespace's.
 func (s Settings) Config(rdb redis.UniversalClient, log *slog.Logger, types []string) (Config, error) {
 	if types == nil {
 		types = s.EventTypes
@@ -138,7 +139,12 @@ func (s Settings) Config(rdb redis.UniversalClient, log *slog.Logger, types []st
 	if err != nil {
 		return Config{}, err
 	}
+	ns, err := TemporalNamespace()
+	if err != nil {
+		return Config{}, err
+	}
 	return Config{
+		Namespace:      ns,
 		Kafka:          kc,
 		Topic:          s.EventsTopic,
 		GroupID:        s.Group,

@@ -323,12 +323,27 @@ func temporalArgs(port, uiPort, metricsPort int, dbFile string, stock bool) []st
 	return args
 }
 
+// withoutSearchAttributes is args without the search attributes and the
+// flag that has the server cache them (Options.NoSearchAttributes).
+func withoutSearchAttributes(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if i+1 < len(args) && (args[i] == "--search-attribute" ||
+			args[i] == "--dynamic-config-value" && strings.HasPrefix(args[i+1], "system.forceSearchAttributesCacheRefreshOnRead=")) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
 // waitTemporal waits until the Temporal frontend at addr answers a health
-// check, then registers fanout's search attributes: --search-attribute
-// registers them only when the database is created, and a dev database from
-// an older fanout lacks the newer ones; added reports whether it
-// registered any.
-func waitTemporal(ctx context.Context, addr string, p *Proc) (added bool, _ error) {
+// check, then (with register) registers fanout's search attributes:
+// --search-attribute registers them only when the database is created, and
+// a dev database from an older fanout lacks the newer ones; added reports
+// whether it registered any.
+func waitTemporal(ctx context.Context, addr string, p *Proc, register bool) (added bool, _ error) {
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		if p.Exited() {
@@ -336,6 +351,10 @@ func waitTemporal(ctx context.Context, addr string, p *Proc) (added bool, _ erro
 		}
 		if c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}}); err == nil {
 			_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
+			if err == nil && !register {
+				c.Close()
+				return false, nil
+			}
 			if err == nil {
 				outs, err := vocab.Ensure(ctx, c.OperatorService(), "default", vocab.SearchAttributes())
 				c.Close()

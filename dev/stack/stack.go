@@ -89,6 +89,11 @@ type Options struct {
 	// server's), TemporalEnv to its environment: for experiments with its
 	// dynamic config and runtime.
 	TemporalFlags, TemporalEnv []string
+	// NoSearchAttributes starts the dev server without fanout's search
+	// attributes, as a namespace is before `starter setup`, for tests of
+	// what runs before it. The server then re-reads them on every use
+	// (start-dev's default), so ones registered later count at once.
+	NoSearchAttributes bool
 	// Client configures Stack.TC; Start sets HostPort, and a Logger that
 	// discards when there is none.
 	Client client.Options
@@ -299,6 +304,9 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	if s.CodecServerURL != "" && s.opts.UIPort != 0 {
 		args = append(args, "--ui-codec-endpoint", s.CodecServerURL)
 	}
+	if s.opts.NoSearchAttributes {
+		args = withoutSearchAttributes(args)
+	}
 	var env []string
 	if !s.stock {
 		args = append(args, s.opts.TemporalFlags...)
@@ -308,7 +316,7 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	added, err := waitTemporal(ctx, s.TemporalAddr, p)
+	added, err := waitTemporal(ctx, s.TemporalAddr, p, !s.opts.NoSearchAttributes)
 	if err == nil && added && !s.stock {
 		// The tuned server caches search attributes (see temporalArgs):
 		// start it again so that every service sees the ones just added.
@@ -316,7 +324,7 @@ func (s *Stack) startTemporal(ctx context.Context) error {
 		if p, err = startProc("temporal", s.LogPath("temporal"), s.tbin, args, env); err != nil {
 			return err
 		}
-		_, err = waitTemporal(ctx, s.TemporalAddr, p)
+		_, err = waitTemporal(ctx, s.TemporalAddr, p, true)
 	}
 	if err != nil {
 		p.Kill()
