@@ -61,7 +61,7 @@ type Settings struct {
 	// EventTTL is how long the Redis event record keeps a fanned-out event
 	// id: longer than the events topic's retention, so a replay of the
 	// whole topic starts nothing again.
-	EventTTL time.Duration `env:"FANOUT_EVENT_TTL" envDefault:"720h"`
+	EventTTL time.Duration `env:"FANOUT_EVENT_TTL"`
 	Group    string        `env:"FANOUT_CONSUMER_GROUP"`
 	// EventTypes are the types a stand-alone bridge (`starter bridge`)
 	// accepts; the bridge inside a worker (FANOUT_BRIDGE=true) accepts the
@@ -82,6 +82,7 @@ type Settings struct {
 // SetDefaults sets the defaults named in code (config.Load calls it).
 func (s *Settings) SetDefaults() {
 	s.Kafka.SetDefaults()
+	s.EventTTL = DefaultEventTTL
 	s.Group = DefaultConsumerGroup
 	s.EventTypes = []string{webhook.EventType} // the stock worker's type
 	s.ScheduleHorizon = workflows.DefaultScheduleHorizon

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,9 +113,12 @@ func TestBridgesWaitForSetup(t *testing.T) {
 		t.FailNow()
 	}
 
-	// `starter setup`'s registration.
-	if _, err := vocab.Ensure(ctx, s.TC.OperatorService(), "default", vocab.SearchAttributes()); err != nil {
-		t.Fatal(err)
+	// `starter setup` registers them (and reports the server's checks).
+	out := setup(ctx, t, s)
+	for _, a := range vocab.SearchAttributes() {
+		if !strings.Contains(out, "added  "+a.Name) {
+			t.Errorf("starter setup did not add %s:\n%s", a.Name, out)
+		}
 	}
 	registered := time.Now()
 	for _, e := range evs {
@@ -190,4 +195,27 @@ func committed(ctx context.Context, t *testing.T, s *stack.Stack) int64 {
 		n += max(p.CommittedOffset, 0)
 	}
 	return n
+}
+
+// setup runs `starter setup` with the stack's environment and args, and
+// returns its output; it fails the test unless it exits 0 with every check
+// of the server ok (the dev server has them all on).
+func setup(ctx context.Context, t *testing.T, s *stack.Stack, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.Bin, "starter"), append([]string{"setup"}, args...)...)
+	cmd.Env = append(os.Environ(), s.Env()...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("starter setup %v: %v\n%s", args, err, out)
+	}
+	for _, want := range []string{"ok       Temporal server", "ok       Workflow Update", "ok       eager workflow start",
+		"ok       user metadata", "ok       task-queue backlog stats", "ok       task-queue fairness"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("starter setup %v: no %q in\n%s", args, want, out)
+		}
+	}
+	if strings.Contains(string(out), "MISSING") || strings.Contains(string(out), "unknown ") {
+		t.Errorf("starter setup %v: something missing or unknown on the dev server:\n%s", args, out)
+	}
+	return string(out)
 }
