@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 )
@@ -19,6 +21,27 @@ import (
 // test runs, and the first with task-queue fairness keys and weights.
 // `starter setup` checks it.
 const MinTemporalServer = "1.29.0"
+
+// MinRedis is the oldest Redis fanout runs on (README, Compatibility): the
+// dedup gate and the event record are SET key value NX GET, which Redis
+// refuses before 7.0. The tests run Debian's redis-server 7.0; compose
+// pins 7.4. `starter setup` checks it.
+const MinRedis = "7.0.0"
+
+// RedisCheck judges the redis_version Redis reports (INFO server); err is
+// the error reading it.
+func RedisCheck(version string, err error) Check {
+	c := Check{What: "Redis " + MinRedis + " or later (SET ... NX GET)", Required: true, Fix: "upgrade Redis to " + MinRedis + " or later"}
+	switch cmp, ok := compareVersions(version, MinRedis); {
+	case err != nil:
+		c.Detail = "cannot read its version: " + err.Error()
+	case !ok:
+		c.Detail = fmt.Sprintf("it reports version %q, which is not major.minor.patch", version)
+	default:
+		c.Known, c.OK, c.Detail = true, cmp >= 0, "redis "+version
+	}
+	return c
+}
 
 // ServerFacts are what `starter setup` reads of the Temporal server and
 // namespace (ReadServer); Checks judges them. An error field is set when
@@ -78,7 +101,7 @@ func Checks(f ServerFacts) []Check {
 		return c
 	}
 	cs = append(cs,
-		ns(Check{What: "Workflow Update (reschedule, pause, set-rate and the other steering updates)", Required: true,
+		ns(Check{What: "Workflow Update (the pause, resume, set-rate and reschedule updates)", Required: true,
 			Fix: "dynamic config frontend.enableUpdateWorkflowExecution=true"}, f.SyncUpdate),
 		ns(Check{What: "eager workflow start (the bridge inside the events worker, FANOUT_BRIDGE=true)",
 			Fix: "dynamic config system.enableEagerWorkflowStart=true (without it each start goes through matching: slower, still correct)"}, f.EagerStart),
@@ -169,7 +192,7 @@ func ReadServer(ctx context.Context, tc client.Client, namespace string) ServerF
 		caps := d.GetNamespaceInfo().GetCapabilities()
 		f.SyncUpdate, f.EagerStart = caps.GetSyncUpdate(), caps.GetEagerWorkflowStart()
 	}
-	probeMetadataAndBacklog(ctx, tc, &f)
+	probeMetadataAndBacklog(ctx, tc, namespace, &f)
 	f.Fairness, f.FairnessErr = ProbeFairness(ctx, tc, namespace)
 	return f
 }
@@ -182,9 +205,9 @@ const MetadataProbeWorkflow = "fanout-metadata-probe"
 // task queue of its own that no worker polls and reports whether its
 // description has the summary back (user metadata: a server that does not
 // know the field drops it) and whether DescribeTaskQueue with ReportStats
-// (the call KEDA's temporal trigger makes) reports stats for the queue's
-// workflow tasks, into f. The workflow is terminated before it returns.
-func probeMetadataAndBacklog(ctx context.Context, tc client.Client, f *ServerFacts) {
+// (the call KEDA's temporal trigger makes for an unversioned queue) reports
+// stats for the queue's workflow tasks, into f. The workflow is terminated before it returns.
+func probeMetadataAndBacklog(ctx context.Context, tc client.Client, namespace string, f *ServerFacts) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	tq := "fanout-metadata-probe-" + hex.EncodeToString(rnd[:])
@@ -202,25 +225,24 @@ func probeMetadataAndBacklog(ctx context.Context, tc client.Client, f *ServerFac
 		defer cancel()
 		_ = tc.TerminateWorkflow(tctx, run.GetID(), run.GetRunID(), "fanout setup: probe done")
 	}()
-	if d, err := tc.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID()); err != nil {
+	if d, err := tc.DescribeWorkflow(ctx, run.GetID(), run.GetRunID()); err != nil {
 		f.UserMetadataErr = fmt.Errorf("metadata probe: describe: %w", err)
+	} else if got, err := d.GetStaticSummary(); err != nil {
+		f.UserMetadataErr = fmt.Errorf("metadata probe: read the summary: %w", err)
 	} else {
-		// Encoded by the client's data converter (encrypted with codec
-		// keys): that it came back is what counts.
-		f.UserMetadata = len(d.GetExecutionConfig().GetUserMetadata().GetSummary().GetData()) > 0
+		f.UserMetadata = got == summary
 	}
 	// The workflow's first task waits on the queue: its stats are there to
 	// report, on a server that reports them.
-	desc, err := tc.DescribeTaskQueueEnhanced(ctx, client.DescribeTaskQueueEnhancedOptions{
-		TaskQueue: tq, TaskQueueTypes: []client.TaskQueueType{client.TaskQueueTypeWorkflow}, ReportStats: true,
+	desc, err := tc.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+		Namespace:     namespace,
+		TaskQueue:     &taskqueuepb.TaskQueue{Name: tq, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		TaskQueueType: enumspb.TASK_QUEUE_TYPE_WORKFLOW,
+		ReportStats:   true,
 	})
 	if err != nil {
 		f.BacklogErr = fmt.Errorf("backlog probe: describe task queue: %w", err)
 		return
 	}
-	for _, v := range desc.VersionsInfo {
-		for _, ti := range v.TypesInfo {
-			f.BacklogStats = f.BacklogStats || ti.Stats != nil
-		}
-	}
+	f.BacklogStats = desc.GetStats() != nil
 }

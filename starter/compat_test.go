@@ -86,3 +86,21 @@ func TestCompareVersions(t *testing.T) {
 		}
 	}
 }
+
+func TestRedisCheck(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		err     error
+		want    string
+	}{
+		{"7.0.15", nil, "ok "}, {"7.4.2", nil, "ok "}, {"6.2.14", nil, "MISSING "}, {"", errors.New("NOAUTH"), "unknown "}, {"x", nil, "unknown "},
+	} {
+		c := RedisCheck(tc.version, tc.err)
+		if !strings.HasPrefix(c.String(), tc.want) {
+			t.Errorf("RedisCheck(%q, %v) = %q, want %s", tc.version, tc.err, c.String(), tc.want)
+		}
+		if tc.want == "MISSING " && (len(Missing([]Check{c})) != 1 || !strings.Contains(c.String(), "upgrade Redis to "+MinRedis)) {
+			t.Errorf("RedisCheck(%q): %q not a required miss naming the fix", tc.version, c.String())
+		}
+	}
+}

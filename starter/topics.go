@@ -54,7 +54,7 @@ func (t *Topics) SetDefaults() {
 
 // Validate checks the names, naming the variable (config.Load calls it).
 func (t *Topics) Validate() error {
-	if err := t.Kafka.Check(); err != nil {
+	if err := t.Check(); err != nil {
 		return err
 	}
 	switch t.DeliveriesDLQ {

@@ -208,7 +208,7 @@ func setup(ctx context.Context, t *testing.T, s *stack.Stack, args ...string) st
 	if err != nil {
 		t.Fatalf("starter setup %v: %v\n%s", args, err, out)
 	}
-	for _, want := range []string{"ok       Temporal server", "ok       Workflow Update", "ok       eager workflow start",
+	for _, want := range []string{"ok       Redis", "ok       Temporal server", "ok       Workflow Update", "ok       eager workflow start",
 		"ok       user metadata", "ok       task-queue backlog stats", "ok       task-queue fairness"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("starter setup %v: no %q in\n%s", args, want, out)

@@ -4,7 +4,10 @@ package setupfirst
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -30,6 +33,7 @@ func TestSetupCreatesTopics(t *testing.T) {
 	}
 	names := []string{"setup-events", "setup-events-dlq", "setup-deliveries-dlq"}
 	out := setup(ctx, t, s, "-topics", "-partitions", "5", "-retention", "48h", "-dlq-partitions", "2", "-dlq-retention", "100h", "-replication", "1")
+	t.Logf("starter setup -topics ...:\n%s", out)
 	for _, re := range []string{
 		`created\s+setup-events\s+5 partitions, replication 1, retention 48h0m0s`,
 		`created\s+setup-events-dlq\s+2 partitions, replication 1, retention 100h0m0s`,
@@ -68,5 +72,43 @@ func TestSetupCreatesTopics(t *testing.T) {
 	again, err := kafkatopic.DescribeTopics(ctx, s.KafkaConn(), names[:1])
 	if err != nil || again[0].Partitions != 5 || again[0].Retention != 48*time.Hour {
 		t.Errorf("after the second run: %+v, %v; want it unchanged", again, err)
+	}
+}
+
+// On a server with Workflow Update and eager workflow start turned off in
+// its dynamic config, `starter setup` prints both as MISSING with the
+// setting to turn on, and fails naming the required one.
+func TestSetupSaysWhatIsMissing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr, TemporalFlags: []string{
+		"--dynamic-config-value", "frontend.enableUpdateWorkflowExecution=false",
+		"--dynamic-config-value", "system.enableEagerWorkflowStart=false",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Build(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(s.Bin, "starter"), "setup")
+	cmd.Env = append(os.Environ(), s.Env()...)
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	t.Logf("starter setup:\n%s", out)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("starter setup: %v, want exit 1", err)
+	}
+	for _, re := range []string{
+		`MISSING  Workflow Update .*: dynamic config frontend\.enableUpdateWorkflowExecution=true`,
+		`MISSING  eager workflow start .*: dynamic config system\.enableEagerWorkflowStart=true`,
+		`ok       Temporal server`, `ok       user metadata`, `ok       task-queue backlog stats`, `ok       task-queue fairness`,
+		`the server lacks what fanout requires: Workflow Update`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no line matching %q", re)
+		}
 	}
 }

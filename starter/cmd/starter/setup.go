@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -44,7 +45,8 @@ already registered with the right type are kept; one registered with another typ
 Last it checks the server: its version (` + starter.MinTemporalServer + ` or later), Workflow Update and eager
 workflow start (the namespace's capabilities), user metadata and task-queue backlog stats (a
 probe workflow), and task-queue fairness (a probe: four workflows on a queue of its own), printing
-ok or MISSING with the setting that turns each on; it fails when a required one is missing.`,
+ok or MISSING with the setting that turns each on, with Redis's version (` + starter.MinRedis + ` or later);
+it fails when a required one is missing.`,
 		Env: []cli.EnvGroup{cli.TemporalGroup(), {Vars: config.EnvVars(config.RedisConn{})},
 			{Title: "with -topics", Vars: config.EnvVars(starter.Topics{})}}}
 	if err := cli.Parse(fs, args, h, false); err != nil {
@@ -67,7 +69,8 @@ ok or MISSING with the setting that turns each on; it fails when a required one 
 			return err
 		}
 	}
-	if err := checkRedis(ctx); err != nil {
+	redisCheck, err := checkRedis(ctx)
+	if err != nil {
 		return err
 	}
 	if *topics {
@@ -94,8 +97,8 @@ ok or MISSING with the setting that turns each on; it fails when a required one 
 		fmt.Printf("%s  %-16s %s\n", what, o.Name, vocab.TypeName(o.Type))
 	}
 	fmt.Printf("setup: namespace %q has fanout's %d search attributes (%d added, %d already there)\n", *ns, len(outcomes), added, len(outcomes)-added)
-	checks := starter.Checks(starter.ReadServer(ctx, tc, *ns))
-	fmt.Printf("setup: the Temporal server and namespace %q:\n", *ns)
+	checks := append([]starter.Check{redisCheck}, starter.Checks(starter.ReadServer(ctx, tc, *ns))...)
+	fmt.Printf("setup: Redis, the Temporal server and namespace %q:\n", *ns)
 	for _, c := range checks {
 		fmt.Println("  " + c.String())
 	}
@@ -104,7 +107,7 @@ ok or MISSING with the setting that turns each on; it fails when a required one 
 		for i, c := range m {
 			what[i] = c.What
 		}
-		return fmt.Errorf("setup: the server lacks what fanout requires: %s (see the lines above)", strings.Join(what, "; "))
+		return fmt.Errorf("the server lacks what fanout requires: %s (see the lines above)", strings.Join(what, "; "))
 	}
 	return nil
 }
@@ -148,19 +151,29 @@ func createTopics(ctx context.Context, t starter.Topics, specs []kafkatopic.Topi
 
 // checkRedis reads the Redis configuration and refuses a Redis that can
 // evict fanout's keys (config.CheckEviction); one it cannot reach or read
-// is only warned about.
-func checkRedis(ctx context.Context) error {
+// is only warned about. It returns the check of Redis's version.
+func checkRedis(ctx context.Context) (starter.Check, error) {
 	var rc config.RedisConn
 	if err := config.Load(&rc); err != nil {
-		return err
+		return starter.Check{}, err
 	}
 	rdb, err := config.RedisClient(rc)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return starter.Check{}, fmt.Errorf("config: %w", err)
 	}
 	defer func() { _ = rdb.Close() }()
 	if err := config.CheckEviction(ctx, rdb, rc, config.Logger("warn")); err != nil {
-		return fmt.Errorf("config: %w", err)
+		return starter.Check{}, fmt.Errorf("config: %w", err)
 	}
-	return nil
+	info, err := rdb.Info(ctx, "server").Result()
+	version := ""
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			version = v
+		}
+	}
+	if err == nil && version == "" {
+		err = errors.New("INFO server has no redis_version")
+	}
+	return starter.RedisCheck(version, err), nil
 }
