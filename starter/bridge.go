@@ -14,6 +14,7 @@
 package starter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,6 +88,10 @@ type Config struct {
 	// worker (the worker binary with FANOUT_BRIDGE=true); without a free
 	// local worker the start is an ordinary one.
 	Eager bool
+	// Namespace is the Temporal namespace tc starts the workflows in
+	// ("": "default"). The bridge reads its search attributes before it
+	// consumes, and waits until it has fanout's (`starter setup`).
+	Namespace string
 }
 
 // Stats are the bridge's counters.
@@ -104,6 +109,9 @@ type Bridge struct {
 	log   *slog.Logger
 	inst  instruments
 	Stats Stats
+
+	namespace string
+	setupTurn chan struct{} // awaitSetup's turn: one lane reads at a time
 }
 
 // New builds a bridge; Run starts consuming.
@@ -118,6 +126,9 @@ func New(cfg Config, tc client.Client) *Bridge {
 		dlq:  kafkatopic.NewWriter(cfg.Kafka, cfg.DLQTopic),
 		log:  log,
 		inst: newInstruments(cfg.TracerProvider, cfg.MeterProvider),
+
+		namespace: cmp.Or(cfg.Namespace, client.DefaultNamespace),
+		setupTurn: make(chan struct{}, 1),
 	}
 }
 
@@ -129,6 +140,13 @@ func New(cfg Config, tc client.Client) *Bridge {
 // (Temporal hanging on its starts, the DLQ refusing its dead letters) so
 // holds only its own fetches; the other partitions go on. It logs when it
 // starts and, with its counts, when it stops.
+//
+// Before it joins the group it waits until the namespace has fanout's
+// search attributes (awaitSetup), so a bridge started before `starter
+// setup` consumes nothing until then; a start refused later for an
+// attribute (the attributes removed, or not yet seen by every server) waits
+// the same way, holding its record uncommitted, instead of dead-lettering
+// it.
 func (b *Bridge) Run(ctx context.Context) error {
 	b.log.Info("bridge consuming", "brokers", b.cfg.Kafka.Brokers, "kafka_security", b.cfg.Kafka.Security(), "topic", b.cfg.Topic, "group", b.cfg.GroupID,
 		"types", b.cfg.Validator.Types, "eager", b.cfg.Eager)
@@ -143,6 +161,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	// Every dead letter was written synchronously (acknowledged) before its
 	// record was committed: closing the writer has nothing left to flush.
 	defer func() { _ = b.dlq.Close() }()
+	if _, err := b.awaitSetup(ctx); err != nil && ctx.Err() != nil {
+		return nil
+	}
 	group, err := kafkatopic.NewConsumerGroup(b.cfg.Kafka, kafka.ConsumerGroupConfig{
 		ID: b.cfg.GroupID, Topics: []string{b.cfg.Topic}, StartOffset: kafka.FirstOffset,
 	})
@@ -267,7 +288,21 @@ func (b *Bridge) handle(ctx, work context.Context, m kafka.Message) bool {
 			err = b.deadLetter(work, m, perr)
 		} else {
 			err = b.start(work, ev)
-			if startRejected(err) {
+			if startRejected(err) && namesSearchAttribute(err) {
+				// Not the event's fault: wait for setup, then start it.
+				b.log.Warn("Temporal refused the event's workflow start for a search attribute; waiting for `starter setup`", "event", ev.ID, "type", ev.Type, "err", err)
+				waited, _ := b.awaitSetup(ctx)
+				if ctx.Err() != nil {
+					span.SetStatus(codes.Error, "stopped before the record was handled")
+					return false
+				}
+				if waited {
+					attempt = 0 // started afresh: the next retry waits from the start
+					continue
+				}
+				// Registered, yet refused: the server has not seen the
+				// registration yet (it caches search attributes).
+			} else if startRejected(err) {
 				// No retry starts it: dead-letter it and go on.
 				b.log.Error("Temporal refused the event's workflow start", "event", ev.ID, "type", ev.Type, "err", err)
 				perr = invalid(ReasonStartRejected, "%v", err)

@@ -12,10 +12,14 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // stuckStarts is a Temporal client whose starts of events named "stuck-*"
@@ -37,6 +41,23 @@ func (c stuckStarts) ExecuteWorkflow(ctx context.Context, opts client.StartWorkf
 	}
 	c.started <- opts.ID
 	return nil, nil
+}
+
+// OperatorService answers the bridge's read of the namespace's search
+// attributes (before it consumes) with fanout's: this fake's namespace is
+// set up.
+func (c stuckStarts) OperatorService() operatorservice.OperatorServiceClient { return setUp{} }
+
+type setUp struct {
+	operatorservice.OperatorServiceClient
+}
+
+func (setUp) ListSearchAttributes(context.Context, *operatorservice.ListSearchAttributesRequest, ...grpc.CallOption) (*operatorservice.ListSearchAttributesResponse, error) {
+	have := map[string]enumspb.IndexedValueType{}
+	for _, a := range vocab.SearchAttributes() {
+		have[a.Name] = a.Type
+	}
+	return &operatorservice.ListSearchAttributesResponse{CustomAttributes: have}, nil
 }
 
 // TestBridgeOneStuckPartitionDoesNotStallTheOthers: partition 0's starts

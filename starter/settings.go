@@ -61,7 +61,7 @@ type Settings struct {
 	// EventTTL is how long the Redis event record keeps a fanned-out event
 	// id: longer than the events topic's retention, so a replay of the
 	// whole topic starts nothing again.
-	EventTTL time.Duration `env:"FANOUT_EVENT_TTL" envDefault:"720h"`
+	EventTTL time.Duration `env:"FANOUT_EVENT_TTL"`
 	Group    string        `env:"FANOUT_CONSUMER_GROUP"`
 	// EventTypes are the types a stand-alone bridge (`starter bridge`)
 	// accepts; the bridge inside a worker (FANOUT_BRIDGE=true) accepts the
@@ -82,6 +82,7 @@ type Settings struct {
 // SetDefaults sets the defaults named in code (config.Load calls it).
 func (s *Settings) SetDefaults() {
 	s.Kafka.SetDefaults()
+	s.EventTTL = DefaultEventTTL
 	s.Group = DefaultConsumerGroup
 	s.EventTypes = []string{webhook.EventType} // the stock worker's type
 	s.ScheduleHorizon = workflows.DefaultScheduleHorizon
@@ -129,7 +130,8 @@ func (s *Settings) Validate() error {
 
 // Config is the bridge's Config of these settings. types are the event
 // types it accepts: the registry's when the bridge runs in a worker, nil
-// for FANOUT_EVENT_TYPES. Its error is KafkaConn's.
+// for FANOUT_EVENT_TYPES. Its namespace is TemporalNamespace's. Its error
+// is KafkaConn's or TemporalNamespace's.
 func (s Settings) Config(rdb redis.UniversalClient, log *slog.Logger, types []string) (Config, error) {
 	if types == nil {
 		types = s.EventTypes
@@ -138,7 +140,12 @@ func (s Settings) Config(rdb redis.UniversalClient, log *slog.Logger, types []st
 	if err != nil {
 		return Config{}, err
 	}
+	ns, err := TemporalNamespace()
+	if err != nil {
+		return Config{}, err
+	}
 	return Config{
+		Namespace:      ns,
 		Kafka:          kc,
 		Topic:          s.EventsTopic,
 		GroupID:        s.Group,

@@ -25,6 +25,10 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/activities"
@@ -33,6 +37,7 @@ import (
 	"github.com/fanout/fanout/internal/kafkatopic/kafkatest"
 	"github.com/fanout/fanout/starter"
 	"github.com/fanout/fanout/workers"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // The users of the secured broker, one per SASL mechanism fanout supports.
@@ -230,7 +235,7 @@ func TestKafkaTLSAndSASL(t *testing.T) {
 					t.Fatal(err)
 				}
 				sc.Events, sc.CommitInterval = nil, 0
-				b := starter.New(sc, nil)
+				b := starter.New(sc, setUpTemporal{})
 				bctx, stop := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- b.Run(bctx) }()
@@ -386,7 +391,7 @@ func TestKafkaSecurityRefusals(t *testing.T) {
 		// The bridge says so in its log, where kafka-go's reader alone
 		// would retry in silence.
 		var logged bytes.Buffer
-		b := starter.New(starter.Config{Kafka: kc, Topic: ev, GroupID: "g", DLQTopic: "evdlq-x", Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: &logged}, nil))}, nil)
+		b := starter.New(starter.Config{Kafka: kc, Topic: ev, GroupID: "g", DLQTopic: "evdlq-x", Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: &logged}, nil))}, setUpTemporal{})
 		bctx, stop := context.WithTimeout(ctx, 3*time.Second)
 		if err := b.Run(bctx); err != nil {
 			t.Errorf("bridge: %v", err)
@@ -487,4 +492,23 @@ func kcat(t *testing.T, stdin string, args ...string) string {
 		t.Fatalf("kcat %s: %v: %s", strings.Join(args[len(args)-4:], " "), err, errb.String())
 	}
 	return out.String()
+}
+
+// setUpTemporal is the Temporal client of bridges that start nothing (the
+// records here are bad ones, or never read): it answers the bridge's read
+// of the namespace's search attributes, before it consumes, with fanout's.
+type setUpTemporal struct{ client.Client }
+
+func (setUpTemporal) OperatorService() operatorservice.OperatorServiceClient { return setUpOperator{} }
+
+type setUpOperator struct {
+	operatorservice.OperatorServiceClient
+}
+
+func (setUpOperator) ListSearchAttributes(context.Context, *operatorservice.ListSearchAttributesRequest, ...grpc.CallOption) (*operatorservice.ListSearchAttributesResponse, error) {
+	have := map[string]enumspb.IndexedValueType{}
+	for _, a := range vocab.SearchAttributes() {
+		have[a.Name] = a.Type
+	}
+	return &operatorservice.ListSearchAttributesResponse{CustomAttributes: have}, nil
 }

@@ -6,7 +6,7 @@
 //	starter redrive-events   re-publish records of the events DLQ after a fix
 //	starter replay    replay workflow histories (files or a live query) against this code
 //	starter limits    set, unset or show the per-destination rate limits of an event type
-//	starter setup     register fanout's search attributes on a namespace (idempotent)
+//	starter setup     register the search attributes, create the topics (-topics), check the server
 //	starter codec-server   serve the payload codec to the Temporal UI and CLI (token, CORS)
 //
 // Configuration comes from FANOUT_* and TEMPORAL_* environment variables
@@ -69,7 +69,7 @@ func main() {
 	case "bridge":
 		err = runBridge(ctx, args[1:])
 	case "publish":
-		err = runPublish(ctx, os.Args[2:])
+		err = runPublish(ctx, args[1:])
 	case "redrive":
 		err = runRedrive(ctx, args[1:])
 	case "redrive-events":
@@ -100,7 +100,7 @@ var commands = []struct{ name, summary string }{
 	{"redrive-events", "re-publish records of the events DLQ after a fix (-dry-run lists them)"},
 	{"replay", "replay workflow histories (files or a live query) against this code"},
 	{"limits", "set, unset or show the per-destination rate limits of an event type (no restart)"},
-	{"setup", "register fanout's search attributes on a namespace (idempotent)"},
+	{"setup", "register fanout's search attributes, create the Kafka topics (-topics), check the server (idempotent)"},
 	{"codec-server", "serve the payload codec to the Temporal UI and CLI (token, CORS)"},
 	{"version", "print the version, the commit it was built from (and whether the tree was modified), Go and platform"},
 }
@@ -146,8 +146,9 @@ func runVersion(args []string) error {
 func bridgeHelp() cli.Help {
 	return cli.Help{Name: "starter bridge", Summary: `starter bridge consumes the events topic (FANOUT_EVENTS_TOPIC) in a consumer group and
 starts one Fanout workflow per event on the events task queue; bad records go to the events
-DLQ with their reason. It runs until SIGINT or SIGTERM. (A worker with FANOUT_BRIDGE=true
-runs the same bridge in-process.)`,
+DLQ with their reason. Before it consumes, it waits until the namespace has fanout's search
+attributes ('starter setup'), logging which are missing. It runs until SIGINT or SIGTERM. (A
+worker with FANOUT_BRIDGE=true runs the same bridge in-process.)`,
 		Env:   []cli.EnvGroup{{Vars: config.EnvVars(starter.Settings{})}, cli.TemporalGroup()},
 		Notes: []string{cli.OTelNote},
 	}

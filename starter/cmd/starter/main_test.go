@@ -144,9 +144,12 @@ func TestHelpStartsNothing(t *testing.T) {
 			}
 		}
 	}
-	// help <sub> is <sub> -h.
-	if r := run(t, env(l.addr), "help", "redrive"); r.code != 0 || !strings.Contains(r.stdout, "-dry-run") {
-		t.Fatalf("starter help redrive: exit %d, %q", r.code, r.stdout)
+	// help <sub> is <sub> -h, for every subcommand.
+	for sub := range subEnv {
+		want := run(t, env(l.addr), sub, "-h")
+		if r := run(t, env(l.addr), "help", sub); r.code != 0 || r.stdout != want.stdout {
+			t.Fatalf("starter help %s: exit %d, stdout %q, stderr %q; want exit 0 and the output of starter %s -h:\n%s", sub, r.code, r.stdout, r.stderr, sub, want.stdout)
+		}
 	}
 	for _, h := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		r := run(t, env(l.addr), h...)
@@ -194,6 +197,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "Usage:"},
 		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"help", "bogus"}, `unknown command "bogus"`},
 		{[]string{"redrive", "-nope"}, "flag provided but not defined: -nope"},
 		{[]string{"redrive", "-rate", "x"}, `invalid value "x" for flag -rate`},
 		{[]string{"redrive", "-rate", "0"}, "-rate 0"},
