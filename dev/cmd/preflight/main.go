@@ -1,5 +1,6 @@
 // Command preflight checks that the programs the tests run are installed
-// (`go tool task test` runs it first): redis-server, kcat and chromium.
+// (`go tool task test` runs it first): redis-server, kcat, chromium and
+// PostgreSQL.
 // Root on Debian, it installs the missing ones with apt-get, as `task dev`
 // does for redis-server; otherwise it prints the one command that installs
 // them and exits 1, before any test has started.
@@ -14,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 )
@@ -21,22 +23,24 @@ import (
 // tool is a program the tests run and where it comes from.
 type tool struct {
 	bin    string // looked up on PATH
+	also   string // or found by this glob (a package that installs it off PATH)
 	apt    string // Debian package
 	brew   string // Homebrew formula ("--cask name" for a cask)
 	needBy string // who needs it, for the message
 }
 
-// tools are the programs `go tool task test` needs beside Go. (PostgreSQL
-// joins them when a test starts one.)
+// tools are the programs `go tool task test` needs beside Go.
 var tools = []tool{
 	{bin: "redis-server", apt: "redis-server", brew: "redis", needBy: "the dev stack's Redis (task dev, the integration tests)"},
 	{bin: "kcat", apt: "kcat", brew: "kcat", needBy: "the integration tests that publish as the README shows"},
 	{bin: "chromium", apt: "chromium", brew: "--cask chromium", needBy: "the Temporal UI checks (dev/e2e)"},
+	{bin: "initdb", also: "/usr/lib/postgresql/*/bin/initdb", apt: "postgresql", brew: "postgresql", needBy: "the PostgreSQL recipients source's tests (dev/stack.StartPostgres)"},
 }
 
 // host is what the checks and the installer read of the machine.
 type host struct {
 	lookPath func(string) (string, error)
+	glob     func(string) ([]string, error) // nil: no globbing
 	root     bool
 	debian   bool   // apt-get on PATH and /etc/debian_version
 	goos     string // runtime.GOOS
@@ -45,7 +49,7 @@ type host struct {
 func main() {
 	install := flag.Bool("install", true, "install missing programs with apt-get when root on Debian")
 	flag.Parse()
-	h := host{lookPath: exec.LookPath, root: os.Geteuid() == 0, goos: runtime.GOOS}
+	h := host{lookPath: exec.LookPath, glob: filepath.Glob, root: os.Geteuid() == 0, goos: runtime.GOOS}
 	if _, err := os.Stat("/etc/debian_version"); err == nil {
 		if _, err := exec.LookPath("apt-get"); err == nil {
 			h.debian = true
@@ -86,9 +90,15 @@ func run(h host, install bool, apt func(args ...string) error, out io.Writer) er
 func missingTools(h host) []tool {
 	var missing []tool
 	for _, t := range tools {
-		if _, err := h.lookPath(t.bin); err != nil {
-			missing = append(missing, t)
+		if _, err := h.lookPath(t.bin); err == nil {
+			continue
 		}
+		if t.also != "" && h.glob != nil {
+			if m, _ := h.glob(t.also); len(m) > 0 {
+				continue
+			}
+		}
+		missing = append(missing, t)
 	}
 	return missing
 }

@@ -27,6 +27,12 @@ func (m *machine) host(root, debian bool, goos string) host {
 			return "/usr/bin/" + bin, nil
 		}
 		return "", exec.ErrNotFound
+	}, glob: func(pattern string) ([]string, error) {
+		// Debian's postgresql puts initdb off PATH, under its version.
+		if m.installed["postgresql"] && pattern == "/usr/lib/postgresql/*/bin/initdb" {
+			return []string{"/usr/lib/postgresql/15/bin/initdb"}, nil
+		}
+		return nil, nil
 	}}
 }
 
@@ -46,7 +52,7 @@ func (m *machine) apt(args ...string) error {
 }
 
 func TestPreflight(t *testing.T) {
-	all := map[string]bool{"redis-server": true, "kcat": true, "chromium": true}
+	all := map[string]bool{"redis-server": true, "kcat": true, "chromium": true, "postgresql": true}
 
 	// Everything there: nothing to do.
 	m := &machine{installed: all}
@@ -55,7 +61,7 @@ func TestPreflight(t *testing.T) {
 	}
 
 	// Root on Debian: one apt-get install of what is missing.
-	m = &machine{installed: map[string]bool{"redis-server": true}}
+	m = &machine{installed: map[string]bool{"redis-server": true, "postgresql": true}}
 	var out bytes.Buffer
 	if err := run(m.host(true, true, "linux"), true, m.apt, &out); err != nil {
 		t.Fatalf("root on Debian: %v", err)
@@ -68,9 +74,17 @@ func TestPreflight(t *testing.T) {
 		t.Fatalf("no word of the install: %q", out.String())
 	}
 
+	// PostgreSQL's initdb, found neither on PATH nor under
+	// /usr/lib/postgresql: its package is installed.
+	m = &machine{installed: map[string]bool{"redis-server": true, "kcat": true, "chromium": true}}
+	if err := run(m.host(true, true, "linux"), true, m.apt, &bytes.Buffer{}); err != nil ||
+		len(m.calls) != 2 || !slices.Equal(m.calls[1], []string{"install", "-y", "-qq", "postgresql"}) {
+		t.Fatalf("without PostgreSQL: err %v, apt-get %q", err, m.calls)
+	}
+
 	// An install that leaves a program missing, or fails, is an error.
 	m = &machine{installed: map[string]bool{}, broken: true}
-	if err := run(m.host(true, true, "linux"), true, m.apt, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "still missing after apt-get install: redis-server, kcat, chromium") {
+	if err := run(m.host(true, true, "linux"), true, m.apt, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "still missing after apt-get install: redis-server, kcat, chromium, initdb") {
 		t.Fatalf("broken install: %v", err)
 	}
 	m = &machine{installed: map[string]bool{}, fail: true}
@@ -91,7 +105,7 @@ func TestPreflight(t *testing.T) {
 		{"other Linux", false, false, "linux", true, "your package manager; on Debian or Ubuntu:\n  sudo apt-get", ""},
 		{"macOS", false, false, "darwin", true, "\n  brew install kcat && brew install --cask chromium", "apt-get"},
 	} {
-		m := &machine{installed: map[string]bool{"redis-server": true}}
+		m := &machine{installed: map[string]bool{"redis-server": true, "postgresql": true}}
 		err := run(m.host(tc.root, tc.debian, tc.goos), tc.install, m.apt, &bytes.Buffer{})
 		if err == nil || len(m.calls) != 0 {
 			t.Fatalf("%s: err %v, apt-get %v; want advice and no install", tc.name, err, m.calls)
