@@ -60,15 +60,16 @@ func loadMessage(n Node) *messageConfig {
 		if !ok {
 			return nil
 		}
-		t, err := ParseTemplate(body.typ+".message", text, fanout.MaxMessageBytes)
+		if m.contentType, ok = contentType(f, DefaultTemplateContentType); !ok {
+			return nil
+		}
+		// The body and its content type within fanout.MaxMessageBytes.
+		t, err := ParseTemplate(body.typ+".message", text, fanout.MaxMessageBytes-len(m.contentType))
 		if err != nil {
 			tn.Errorf("the template does not parse: %v", err)
 			return nil
 		}
 		m.tmpl = t
-		if m.contentType, ok = contentType(f, DefaultTemplateContentType); !ok {
-			return nil
-		}
 	}
 	return m
 }

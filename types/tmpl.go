@@ -67,7 +67,7 @@ func ParseTemplate(name, text string, maxBytes int) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := instrument(t.Tree.Root, step.Tree.Root.Nodes[0]); err != nil {
+	if err := instrument(t.Root, step.Root.Nodes[0]); err != nil {
 		return nil, err
 	}
 	return &Template{t: t, maxBytes: maxBytes}, nil

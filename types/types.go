@@ -102,7 +102,7 @@ func parseFile(path string, b []byte) (*File, error) {
 		return nil, syntaxError(path, err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, &Error{File: path, Line: 1, Err: errors.New("empty: want a mapping with types:")}
+		return nil, &Error{File: path, Line: 1, Err: errors.New("empty: want a mapping with a types field")}
 	}
 	root := Node{y: doc.Content[0], l: l}
 	if a := checkAliases(root.y); a != nil {
