@@ -16,7 +16,7 @@ func TestCheckTypesGood(t *testing.T) {
 	if code := checkTypes([]string{file}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"TYPE", "news    high      http    webhook  3", "alerts  normal    inline  webhook", "2 types, ok"} {
+	for _, want := range []string{"TYPE", "news       high      http      webhook  3", "alerts     normal    inline    webhook", "followers  low       postgres  webhook", "3 types, ok"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
