@@ -32,7 +32,7 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("file %v and error %v", file, err)
 		}
 		if err != nil {
-			lines := strings.Count(string(b), "\n") + 1
+			lines := yamlLines(b)
 			var walk func(error)
 			walk = func(err error) {
 				if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -61,4 +61,18 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// yamlLines counts b's lines as the YAML parser does: "\r\n", "\r", "\n",
+// NEL, LS and PS each end one.
+func yamlLines(b []byte) int {
+	s := strings.ReplaceAll(string(b), "\r\n", "\n")
+	n := 1
+	for _, r := range s {
+		switch r {
+		case '\n', '\r', '\u0085', '\u2028', '\u2029':
+			n++
+		}
+	}
+	return n
 }
