@@ -225,3 +225,19 @@ func TestBuildRefusesARegisteredType(t *testing.T) {
 		t.Errorf("registered %v, want news and webhook", got)
 	}
 }
+
+// FromEnv registers FANOUT_TYPES_FILE's types, and nothing without it; a
+// JSON file indented with tabs is a types file too.
+func TestFromEnv(t *testing.T) {
+	t.Setenv("FANOUT_TYPES_FILE", "")
+	reg := fanout.NewRegistry()
+	if f, err := FromEnv(reg, Deps{}); f != nil || err != nil || len(reg.Types()) != 0 {
+		t.Fatalf("without a file: %v, %v, %v", f, err, reg.Types())
+	}
+	p := writeFile(t, "{\n\t\"types\": {\n\t\t\"digest\": {\n\t\t\t\"recipients\": {\"inline\": {}},\n\t\t\t\"message\": {\"passthrough\": {}},\n\t\t\t\"channel\": {\"webhook\": {\"signing_secret_file\": \"secrets/news-signing\"}}\n\t\t}\n\t}\n}\n")
+	t.Setenv("FANOUT_TYPES_FILE", p)
+	f, err := FromEnv(reg, Deps{})
+	if err != nil || f == nil || len(reg.Types()) != 1 || reg.Types()[0] != "digest" {
+		t.Fatalf("with %s: %v, %v", p, err, reg.Types())
+	}
+}
