@@ -37,6 +37,9 @@ import (
 const defaultGCPercent = 400
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == checkTypesCmd {
+		os.Exit(checkTypes(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if err := parseArgs(os.Args[1:]); err != nil {
 		cli.Exit("worker", err)
 	}
