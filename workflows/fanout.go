@@ -65,10 +65,11 @@ type FanoutState struct {
 	LaneEnds  []time.Time `json:",omitempty"`
 	LaneShare float64     `json:",omitempty"`
 	// Window is the adaptive window the run ended with (0: Options.Window;
-	// see adaptWindow), and WindowMoved when the worker's free slots last
-	// moved it: batches started before then saw the window before it.
-	Window      int       `json:",omitempty"`
-	WindowMoved time.Time `json:",omitempty"`
+	// see adaptWindow), and WindowFrom the first batch started since its
+	// last move by the worker's free slots: earlier ones saw the window
+	// before it.
+	Window     int `json:",omitempty"`
+	WindowFrom int `json:",omitempty"`
 }
 
 // Progress is the answer to the progress query and the workflow's result.
@@ -125,6 +126,8 @@ type fanoutRun struct {
 	wake       workflow.Channel
 	pending    int
 	lastUpsert time.Time
+	// lastStarted is the number of the batch started last (adaptWindow).
+	lastStarted int
 
 	// The rate cap's lanes (see rateLanes): capped counts the open batches
 	// paced at a share of the cap, committed the sum of their shares,
@@ -617,6 +620,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	})
 	bin := r.batchInput(n, recips, ref)
 	bin.Rate, bin.PaceFrom = pace.share, pace.from
+	r.lastStarted = n
 	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
 		DeliverBatchInput: bin,
 		BatchNo:           n,
@@ -648,7 +652,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		var res DeliveryBatchResult
 		err := f.Get(ctx, &res)
 		r.account(res, err, size)
-		r.adaptWindow(res)
+		r.adaptWindow(res, n)
 		if dl := r.deadLetterFailed(bin, err); dl != nil {
 			// The dead-lettering holds the batch's place until it is done.
 			r.pending++
@@ -738,12 +742,9 @@ func (r *fanoutRun) window() int {
 // workers run while they leave room for other events' batches. Each batch
 // reports the batch slots of the worker that ran it and how many were free
 // once it started (activities.Slots): fewer free than a quarter of them
-// (slotReserve) shrinks the window by the slots missing, or by half when
-// the batch also waited in the queue (over queueWaitFloor: the event has
-// many more batches open than slots free, as at its start with Window
-// open), down to minWindow; more free grows it by one, up to
-// Options.Window, if it was full. It moves once per turn (see
-// adaptWindow). The events of a queue then leave about
+// (slotReserve) shrinks the window by the slots missing, down to
+// minWindow; more grows it by one, up to Options.Window, if it was full.
+// It moves once per turn (see adaptWindow). The events of a queue then leave about
 // a quarter of each worker's slots free, and another event's batch starts
 // at once instead of waiting for a running one to end, while the running
 // batches keep the worker's pool of calls busy (they use the calls the
@@ -767,31 +768,28 @@ const (
 // fewer than 4 slots (then the queue wait moves the windows).
 func slotReserve(slots int) int { return slots / 4 }
 
-// adaptWindow moves the window by what a finished batch's attempt found
+// adaptWindow moves the window by what batch n's finished attempt found
 // (free slots), or else waited and ran (neither known after a retry: no
-// change). It moves by the free slots once per turn: a batch that started
-// before the last move reports the window before it, and would move it
+// change). It moves by the free slots once per turn: the batches started
+// before its last move report the window before it, and would move it
 // again for the same reason.
-func (r *fanoutRun) adaptWindow(res DeliveryBatchResult) {
+func (r *fanoutRun) adaptWindow(res DeliveryBatchResult, n int) {
 	if res.Ran <= 0 {
 		return
 	}
 	w := r.window()
 	if reserve := slotReserve(res.Slots); reserve > 0 {
-		now := workflow.Now(r.ctx)
-		if now.Add(-res.Ran).Before(r.st.WindowMoved) {
+		if n < r.st.WindowFrom {
 			return
 		}
 		switch {
-		case res.SlotsFree < reserve && res.Queued > queueWaitFloor:
-			w = max(minWindow, w/2) // batches wait for slots: far too many open
 		case res.SlotsFree < reserve:
 			w = max(minWindow, w-(reserve-res.SlotsFree)) // by the slots missing
 		case res.SlotsFree > reserve && r.pending+1 >= w:
 			w++ // only a full window grows: paging may hold it below
 		}
 		if w = min(w, r.st.Options.Window); w != r.window() {
-			r.st.Window, r.st.WindowMoved = w, now
+			r.st.Window, r.st.WindowFrom = w, r.lastStarted+1
 		}
 		return
 	}

@@ -271,9 +271,6 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		}
 		if fx.Slots != nil {
 			res.Slots, res.SlotsFree = fx.Slots(rec.openKids)
-			if rec.openKids > res.Slots {
-				res.Queued = 2 * res.Ran // a batch over the slots waited for one
-			}
 		}
 		for _, r := range in.Recipients {
 			rec.attempts[in.AttemptID] = append(rec.attempts[in.AttemptID], r.ID)
@@ -607,11 +604,11 @@ func TestFanoutWindowAdapts(t *testing.T) {
 }
 
 // TestFanoutWindowKeepsSlotsFree runs an event on one worker of 16 batch
-// slots (every open batch takes one, those over the slots wait in the
-// queue): its window, 50 at first, halves while batches wait and settles
-// where a quarter of the slots stay free for other events' batches.
+// slots (every open batch takes one): its window, 20 at first, settles
+// where a quarter of the slots stay free for other events' batches,
+// whatever the queue wait says.
 func TestFanoutWindowKeepsSlotsFree(t *testing.T) {
-	const window, batches, slots = 50, 400, 16
+	const window, batches, slots = 20, 200, 16
 	fx := fixture{Event: testEvent("ev-slots"), Audience: batches * 10,
 		Options:   fanout.TypeOptions{BatchSize: 10, LargeBatchSize: 10, PageSize: 100, Window: window},
 		PageDelay: time.Millisecond, DeliverDelay: time.Minute,
@@ -629,13 +626,12 @@ func TestFanoutWindowKeepsSlotsFree(t *testing.T) {
 	if m := slices.Max(opens[:window]); m != window {
 		t.Errorf("the first %d batches had at most %d open, want %d", window, m, window)
 	}
-	// Past the first windows: always a slot free for another event (a move
-	// is seen a turn later, so the window overshoots a little), mostly a
-	// quarter of them.
-	steady := slices.Clone(opens[2*window : batches-window])
+	// Past the first windows: never over the slots less a quarter by more
+	// than a step or two (a move is seen one batch later), mostly at them.
+	steady := slices.Clone(opens[3*window : batches-window])
 	target := slots - slotReserve(slots)
-	if hi := slices.Max(steady); hi >= slots {
-		t.Errorf("up to %d batches open once settled, want fewer than the %d slots (mostly %d): %v", hi, slots, target, steady)
+	if hi := slices.Max(steady); hi > target+2 {
+		t.Errorf("up to %d batches open once settled, want at most %d (a quarter of %d slots free): %v", hi, target+2, slots, steady)
 	}
 	slices.Sort(steady)
 	if med := steady[len(steady)/2]; med < target-1 || med > target+1 {
