@@ -44,9 +44,6 @@ type Activities struct {
 	// Calls is the worker's budget of calls in flight, shared by its
 	// batches (calls.go); nil: each batch only has its own concurrency.
 	Calls *Calls
-	// Slots counts the batches running on each delivery queue against its
-	// slots, for the events' windows (slots.go); nil: not counted.
-	Slots *Slots
 	// Destinations limits and breaks deliveries per destination (see
 	// destinations.go); nil: neither.
 	Destinations *Destinations
@@ -401,12 +398,6 @@ type DeliverBatchResult struct {
 	// wait longer than they run (workflows, the adaptive window).
 	Queued time.Duration `json:",omitempty"`
 	Ran    time.Duration `json:",omitempty"`
-	// Slots is the batch slots of the worker's queue that ran the
-	// attempt, and SlotsFree how many of them were free once it started
-	// (see Slots); both 0 when not known (a local activity, a worker
-	// without Slots). The event's window follows them.
-	Slots     int `json:",omitempty"`
-	SlotsFree int `json:",omitempty"`
 }
 
 // deliverProgress is the heartbeat detail of DeliverBatch.
@@ -472,11 +463,6 @@ type outcome struct {
 // the deliveries DLQ and are not tried again (until a redrive).
 func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
 	b := &batch{a: a, ctx: ctx, in: in}
-	if info := activity.GetInfo(ctx); !info.IsLocalActivity {
-		var release func()
-		b.slotsFree, b.slots, release = a.Slots.take(info.TaskQueue)
-		defer release()
-	}
 	for _, step := range []func() error{b.open, b.admit, b.deliver, b.settle, b.deadLetter} {
 		if err := step(); err != nil {
 			return DeliverBatchResult{}, err
@@ -500,8 +486,6 @@ type batch struct {
 	left     leftOver           // not tried: the next attempt's
 	giveUp   []Failure          // to the deliveries DLQ
 	retry    []outcome          // failed transiently: the next attempt's
-
-	slots, slotsFree int // of the worker's queue, once the attempt started (Slots)
 }
 
 // open resolves the batch's type on this worker (its handler, semantics,
@@ -586,7 +570,6 @@ func (b *batch) finish() (DeliverBatchResult, error) {
 	if info := activity.GetInfo(ctx); info.Attempt == 1 && !info.IsLocalActivity {
 		res.Queued, res.Ran = info.StartedTime.Sub(info.ScheduledTime), time.Since(info.StartedTime)
 	}
-	res.Slots, res.SlotsFree = b.slots, b.slotsFree
 	return res, nil
 }
 

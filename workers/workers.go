@@ -96,7 +96,7 @@ func Run(ctx context.Context, o Options) error {
 		log = slog.Default()
 	}
 	acts := &activities.Activities{Registry: o.Registry, Logger: log, DeadLetters: o.DeadLetters, Backoff: o.Backoff, DeliverConcurrency: o.DeliverConcurrency,
-		Calls: activities.NewCalls(o.callBudget()), Slots: activities.NewSlots()}
+		Calls: activities.NewCalls(o.callBudget())}
 	if o.Redis != nil {
 		acts.Staging = staging.New(o.Redis, o.GateTTL).WithSealer(o.Sealer)
 		if !o.DisableDedup {
@@ -128,11 +128,7 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
-		wo := workerOptions(q, o, icps)
-		if q != vocab.QueueEvents {
-			acts.Slots.Set(tq, wo.MaxConcurrentActivityExecutionSize)
-		}
-		w := worker.New(o.Client, tq, wo)
+		w := worker.New(o.Client, tq, workerOptions(q, o, icps))
 		if q == vocab.QueueEvents {
 			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
 		} else {

@@ -65,11 +65,8 @@ type FanoutState struct {
 	LaneEnds  []time.Time `json:",omitempty"`
 	LaneShare float64     `json:",omitempty"`
 	// Window is the adaptive window the run ended with (0: Options.Window;
-	// see adaptWindow), and WindowFrom the first batch started since its
-	// last move by the worker's free slots: earlier ones saw the window
-	// before it.
-	Window     int `json:",omitempty"`
-	WindowFrom int `json:",omitempty"`
+	// see adaptWindow).
+	Window int `json:",omitempty"`
 }
 
 // Progress is the answer to the progress query and the workflow's result.
@@ -126,8 +123,6 @@ type fanoutRun struct {
 	wake       workflow.Channel
 	pending    int
 	lastUpsert time.Time
-	// lastStarted is the number of the batch started last (adaptWindow).
-	lastStarted int
 
 	// The rate cap's lanes (see rateLanes): capped counts the open batches
 	// paced at a share of the cap, committed the sum of their shares,
@@ -620,7 +615,6 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	})
 	bin := r.batchInput(n, recips, ref)
 	bin.Rate, bin.PaceFrom = pace.share, pace.from
-	r.lastStarted = n
 	fut := workflow.ExecuteChildWorkflow(cctx, DeliveryBatch, DeliveryBatchInput{
 		DeliverBatchInput: bin,
 		BatchNo:           n,
@@ -652,7 +646,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		var res DeliveryBatchResult
 		err := f.Get(ctx, &res)
 		r.account(res, err, size)
-		r.adaptWindow(res, n)
+		r.adaptWindow(res)
 		if dl := r.deadLetterFailed(bin, err); dl != nil {
 			// The dead-lettering holds the batch's place until it is done.
 			r.pending++
@@ -738,61 +732,29 @@ func (r *fanoutRun) window() int {
 	return r.st.Options.Window
 }
 
-// The adaptive window keeps an event's batches to what the delivery
-// workers run while they leave room for other events' batches. Each batch
-// reports the batch slots of the worker that ran it and how many were free
-// once it started (activities.Slots): fewer free than a quarter of them
-// (slotReserve) shrinks the window by the slots missing, down to
-// minWindow; more grows it by one, up to Options.Window, if it was full.
-// It moves once per turn (see adaptWindow). The events of a queue then leave about
-// a quarter of each worker's slots free, and another event's batch starts
-// at once instead of waiting for a running one to end, while the running
-// batches keep the worker's pool of calls busy (they use the calls the
-// free slots do not). More workers mean more free slots, so the window
-// grows with them.
-//
-// A batch without that report (a worker with fewer than 4 slots on the
-// queue, or from before it) moves the window by its queue wait instead: a
-// batch that waited in the queue longer than it ran (and over
-// queueWaitFloor) shrinks it by one, one that waited less than a quarter
-// of its run (or under queueWaitFloor) grows it by one: the event's
-// queued batches settle between a quarter and all of the slots that serve
-// them.
+// The adaptive window keeps an event's queued batches to what the delivery
+// pool can start soon: a batch that waited in the queue longer than it ran
+// (and over queueWaitFloor) means more batches are queued than the workers
+// run, so the window shrinks by one, down to minWindow; one that waited
+// less than a quarter of its run (or under queueWaitFloor) grows it by one,
+// up to Options.Window. The event's queued batches then settle between a
+// quarter and all of the slots that serve them: the slots stay fed, and a
+// small event of the same priority waits behind about one batch per slot
+// instead of Window per big event (on a server without fairness; with it,
+// the keys take turns anyway). More workers start batches sooner, so the
+// window grows back with them.
 const (
 	minWindow      = 4
 	queueWaitFloor = 250 * time.Millisecond
 )
 
-// slotReserve is the batch slots of a worker's queue that the events'
-// windows leave free for other events' batches: a quarter, and none with
-// fewer than 4 slots (then the queue wait moves the windows).
-func slotReserve(slots int) int { return slots / 4 }
-
-// adaptWindow moves the window by what batch n's finished attempt found
-// (free slots), or else waited and ran (neither known after a retry: no
-// change). It moves by the free slots once per turn: the batches started
-// before its last move report the window before it, and would move it
-// again for the same reason.
-func (r *fanoutRun) adaptWindow(res DeliveryBatchResult, n int) {
+// adaptWindow moves the window by what a finished batch's attempt waited
+// and ran (neither known after a retry: no change).
+func (r *fanoutRun) adaptWindow(res DeliveryBatchResult) {
 	if res.Ran <= 0 {
 		return
 	}
 	w := r.window()
-	if reserve := slotReserve(res.Slots); reserve > 0 {
-		if n < r.st.WindowFrom {
-			return
-		}
-		switch {
-		case res.SlotsFree < reserve:
-			w = max(minWindow, w-(reserve-res.SlotsFree)) // by the slots missing
-		case res.SlotsFree > reserve && r.pending+1 >= w:
-			w++ // only a full window grows: paging may hold it below
-		}
-		if w = min(w, r.st.Options.Window); w != r.window() {
-			r.st.Window, r.st.WindowFrom = w, r.lastStarted+1
-		}
-		return
-	}
 	switch {
 	case res.Queued > max(res.Ran, queueWaitFloor):
 		w = max(minWindow, w-1)

@@ -55,10 +55,6 @@ type fixture struct {
 	// Waits, if set, is how long a batch's attempt waited in its queue and
 	// ran (DeliverBatch's result, which the adaptive window reads).
 	Waits func(in activities.DeliverBatchInput) (queued, ran time.Duration)
-	// Slots, if set, is the batch slots of the worker that ran a batch and
-	// how many were free, given the batches open (children started and
-	// not finished).
-	Slots func(open int) (slots, free int)
 	// PrepareErr is Prepare's error; OpenErr is Open's, before it runs
 	// the steps.
 	PrepareErr, OpenErr error
@@ -268,9 +264,6 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		var res activities.DeliverBatchResult
 		if fx.Waits != nil {
 			res.Queued, res.Ran = fx.Waits(in)
-		}
-		if fx.Slots != nil {
-			res.Slots, res.SlotsFree = fx.Slots(rec.openKids)
 		}
 		for _, r := range in.Recipients {
 			rec.attempts[in.AttemptID] = append(rec.attempts[in.AttemptID], r.ID)
@@ -600,42 +593,6 @@ func TestFanoutWindowAdapts(t *testing.T) {
 	// Batches that start at once grow it back to Window.
 	if m := slices.Max(opens[batches/2:]); m != window {
 		t.Errorf("once batches started at once, up to %d open, want %d: %v", m, window, opens[batches/2:])
-	}
-}
-
-// TestFanoutWindowKeepsSlotsFree runs an event on one worker of 16 batch
-// slots (every open batch takes one): its window, 20 at first, settles
-// where a quarter of the slots stay free for other events' batches,
-// whatever the queue wait says.
-func TestFanoutWindowKeepsSlotsFree(t *testing.T) {
-	const window, batches, slots = 20, 200, 16
-	fx := fixture{Event: testEvent("ev-slots"), Audience: batches * 10,
-		Options:   fanout.TypeOptions{BatchSize: 10, LargeBatchSize: 10, PageSize: 100, Window: window},
-		PageDelay: time.Millisecond, DeliverDelay: time.Minute,
-		Waits: func(activities.DeliverBatchInput) (time.Duration, time.Duration) {
-			return 0, time.Second // never queued: the queue wait alone would grow the window
-		},
-		Slots: func(open int) (int, int) { return slots, max(slots-open, 0) }}
-	rec := newRecorder()
-	env := newEnv(t, fx, rec)
-	res := runToResult(t, env, FanoutInput{Event: fx.Event})
-	if res.Delivered != batches*10 || res.BatchesStarted != batches {
-		t.Fatalf("result %+v", res.Progress)
-	}
-	opens := rec.openAtStarts
-	if m := slices.Max(opens[:window]); m != window {
-		t.Errorf("the first %d batches had at most %d open, want %d", window, m, window)
-	}
-	// Past the first windows: never over the slots less a quarter by more
-	// than a step or two (a move is seen one batch later), mostly at them.
-	steady := slices.Clone(opens[3*window : batches-window])
-	target := slots - slotReserve(slots)
-	if hi := slices.Max(steady); hi > target+2 {
-		t.Errorf("up to %d batches open once settled, want at most %d (a quarter of %d slots free): %v", hi, target+2, slots, steady)
-	}
-	slices.Sort(steady)
-	if med := steady[len(steady)/2]; med < target-1 || med > target+1 {
-		t.Errorf("median %d batches open once settled, want %d±1 (a quarter of %d slots free): %v", med, target, slots, steady)
 	}
 }
 
