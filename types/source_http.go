@@ -383,7 +383,7 @@ func (s *httpSourceClient) requestBody(ctx context.Context, ev fanout.Event, cur
 		}
 		return b, nil
 	}
-	ev = withoutBaggage(ev)
+	ev = webhook.WithoutBaggage(ev)
 	if !s.cursor.query && !s.limit.query && s.cursor.name == "cursor" && s.limit.name == "limit" {
 		return json.Marshal(webhook.RecipientsRequest{Event: ev, Cursor: cursor, Limit: limit})
 	}
@@ -410,21 +410,6 @@ func (s *httpSourceClient) requestBody(ctx context.Context, ev fanout.Event, cur
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
-}
-
-// withoutBaggage is ev without the W3C baggage header of its record (a
-// third party must not see what it may hold), as the webhook type sends it.
-func withoutBaggage(ev fanout.Event) fanout.Event {
-	h := make(map[string]string, len(ev.Headers))
-	for k, v := range ev.Headers {
-		if !strings.EqualFold(k, "baggage") {
-			h[k] = v
-		}
-	}
-	if len(h) != len(ev.Headers) {
-		ev.Headers = h
-	}
-	return ev
 }
 
 // decode reads an answer of the configured shape, at most

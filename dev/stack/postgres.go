@@ -238,25 +238,8 @@ func isFile(p string) bool {
 // process's user): its own process group, killed with this process.
 func startProcAs(name, logPath, bin string, args []string, cred *syscall.Credential) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = procAttr()
-	cmd.SysProcAttr.Credential = cred
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
-	unwatch := watchParent(cmd.Process.Pid)
-	go func() {
-		_ = cmd.Wait()
-		unwatch()
-		close(p.done)
-	}()
-	return p, nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	return launch(name, logPath, cmd)
 }
 
 // tail is the last n bytes of b.

@@ -164,10 +164,19 @@ type Proc struct {
 func startProc(name, logPath, bin string, args, env []string) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	// Its own process group, killed with this process: by the kernel on
-	// Linux (Pdeathsig), by a watchdog in the group elsewhere
-	// (procs_linux.go, procs_other.go).
-	cmd.SysProcAttr = procAttr()
+	return launch(name, logPath, cmd)
+}
+
+// launch starts cmd in its own process group, killed with this process: by
+// the kernel on Linux (Pdeathsig), by a watchdog in the group elsewhere
+// (procs_linux.go, procs_other.go); its output goes to logPath (nowhere
+// when empty). cmd's SysProcAttr, if set, keeps its credential.
+func launch(name, logPath string, cmd *exec.Cmd) (*Proc, error) {
+	attr := procAttr()
+	if cmd.SysProcAttr != nil {
+		attr.Credential = cmd.SysProcAttr.Credential
+	}
+	cmd.SysProcAttr = attr
 	if logPath != "" {
 		f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -392,7 +392,7 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	if err != nil {
 		return fanout.Page{}, err
 	}
-	body, err := json.Marshal(RecipientsRequest{Event: withoutBaggage(ev), Cursor: cursor, Limit: limit})
+	body, err := json.Marshal(RecipientsRequest{Event: WithoutBaggage(ev), Cursor: cursor, Limit: limit})
 	if err != nil {
 		return fanout.Page{}, err
 	}
@@ -412,10 +412,10 @@ func (h *Handler) GetRecipients(ctx context.Context, ev fanout.Event, cursor str
 	return DecodePage(resp.Body)
 }
 
-// withoutBaggage is ev without the W3C baggage header of its record: the
+// WithoutBaggage is ev without the W3C baggage header of its record: a
 // recipients endpoint gets the trace context, not what the producer's
 // baggage may hold (a third party must not see it).
-func withoutBaggage(ev fanout.Event) fanout.Event {
+func WithoutBaggage(ev fanout.Event) fanout.Event {
 	h := make(map[string]string, len(ev.Headers))
 	for k, v := range ev.Headers {
 		if !strings.EqualFold(k, "baggage") {
