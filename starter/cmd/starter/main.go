@@ -40,6 +40,7 @@ import (
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/internal/version"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/types"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
 )
@@ -149,9 +150,28 @@ starts one Fanout workflow per event on the events task queue; bad records go to
 DLQ with their reason. Before it consumes, it waits until the namespace has fanout's search
 attributes ('starter setup'), logging which are missing. It runs until SIGINT or SIGTERM. (A
 worker with FANOUT_BRIDGE=true runs the same bridge in-process.)`,
-		Env:   []cli.EnvGroup{{Vars: config.EnvVars(starter.Settings{})}, cli.TemporalGroup()},
-		Notes: []string{cli.OTelNote},
+		Env:   []cli.EnvGroup{{Vars: config.EnvVars(starter.Settings{}, types.Settings{})}, cli.TemporalGroup()},
+		Notes: []string{cli.OTelNote, "With FANOUT_TYPES_FILE, the bridge accepts the file's types beside FANOUT_EVENT_TYPES: give it the workers' file."},
 	}
+}
+
+// bridgeTypes are the event types a stand-alone bridge accepts: the
+// settings' FANOUT_EVENT_TYPES and the types of FANOUT_TYPES_FILE.
+func bridgeTypes(cfg starter.Settings, ts types.Settings) ([]string, error) {
+	names := slices.Clone(cfg.EventTypes)
+	if ts.TypesFile == "" {
+		return names, nil
+	}
+	f, err := types.Load(ts.TypesFile)
+	if err != nil {
+		return nil, fmt.Errorf("FANOUT_TYPES_FILE: %w", err)
+	}
+	for _, t := range f.Types {
+		if !slices.Contains(names, t.Name) {
+			names = append(names, t.Name)
+		}
+	}
+	return names, nil
 }
 
 func runBridge(ctx context.Context, args []string) error {
@@ -159,7 +179,12 @@ func runBridge(ctx context.Context, args []string) error {
 		return err
 	}
 	var cfg starter.Settings
-	if err := config.Load(&cfg); err != nil {
+	var ts types.Settings
+	if err := config.Load(&cfg, &ts); err != nil {
+		return err
+	}
+	names, err := bridgeTypes(cfg, ts)
+	if err != nil {
 		return err
 	}
 	log := telemetry.Logger(config.Logger(cfg.LogLevel)) // trace_id, span_id in a span
@@ -181,7 +206,7 @@ func runBridge(ctx context.Context, args []string) error {
 		return err
 	}
 	defer tc.Close()
-	bc, err := cfg.Config(rdb, log, nil)
+	bc, err := cfg.Config(rdb, log, names)
 	if err != nil {
 		return err
 	}

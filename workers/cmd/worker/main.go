@@ -29,6 +29,7 @@ import (
 	"github.com/fanout/fanout/internal/telemetry"
 	"github.com/fanout/fanout/internal/version"
 	"github.com/fanout/fanout/starter"
+	"github.com/fanout/fanout/types"
 	"github.com/fanout/fanout/workers"
 	"github.com/fanout/fanout/workers/webhook"
 )
@@ -51,7 +52,7 @@ func main() {
 
 // help is `worker -h`: its variables come from the configuration structs.
 func help() cli.Help {
-	worker := append(config.EnvVars(workers.Config{}, webhook.Config{}), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(defaultGCPercent)},
+	worker := append(config.EnvVars(workers.Config{}, webhook.Config{}, types.Settings{}), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(defaultGCPercent)},
 		config.EnvVar{Name: "GOMEMLIMIT", Kind: "string"})
 	return cli.Help{
 		Name: "worker", Args: "[-version]",
@@ -60,7 +61,8 @@ func help() cli.Help {
 "webhook" event type (recipients from FANOUT_RECIPIENTS_URL, delivery by HTTP POST).
 With FANOUT_BRIDGE=true it also runs the Kafka bridge, starting events eagerly on its
 own events worker. It takes its configuration from the environment only and runs until
-SIGINT or SIGTERM.`,
+SIGINT or SIGTERM. FANOUT_TYPES_FILE adds the event types of a types file beside
+"webhook"; 'worker check-types FILE' validates such a file.`,
 		Env: []cli.EnvGroup{
 			{Vars: worker},
 			{Title: "the bridge, with FANOUT_BRIDGE=true", Vars: cli.Except(config.EnvVars(starter.Settings{}), worker)},
@@ -89,7 +91,7 @@ func parseArgs(args []string) error {
 }
 
 func run() error {
-	cfg, hook, bcfg, err := loadSettings()
+	cfg, hook, tf, bcfg, err := loadSettings()
 	if err != nil {
 		return err
 	}
@@ -138,18 +140,32 @@ func run() error {
 		return err
 	}
 	defer tc.Close()
-	return serve(ctx, cfg, hook, bcfg, log, tel, keys, rdb, tc)
+	return serve(ctx, cfg, hook, tf, bcfg, log, tel, keys, rdb, tc)
 }
 
-// loadSettings loads the worker pool's settings, the stock webhook type's
-// and, with FANOUT_BRIDGE, the bridge's.
-func loadSettings() (cfg workers.Config, hook webhook.Config, bcfg starter.Settings, err error) {
-	if err = config.Load(&cfg, &hook); err != nil {
+// loadSettings loads the worker pool's settings, the stock webhook type's,
+// the types file's (FANOUT_TYPES_FILE; nil without one) and, with
+// FANOUT_BRIDGE, the bridge's.
+func loadSettings() (cfg workers.Config, hook webhook.Config, tf *types.File, bcfg starter.Settings, err error) {
+	var ts types.Settings
+	if err = config.Load(&cfg, &hook, &ts); err != nil {
 		return
 	}
 	if err = cfg.CheckType(hook.TypeOptions()); err != nil {
 		err = fmt.Errorf("config: %w", err)
 		return
+	}
+	if ts.TypesFile != "" {
+		if tf, err = types.Load(ts.TypesFile); err != nil {
+			err = fmt.Errorf("FANOUT_TYPES_FILE: %w", err)
+			return
+		}
+		for _, t := range tf.Types {
+			if e := cfg.CheckType(t.Options); e != nil {
+				err = fmt.Errorf("FANOUT_TYPES_FILE: %s:%d: type %s: %w", tf.Path, t.Line, t.Name, e)
+				return
+			}
+		}
 	}
 	if cfg.Bridge {
 		err = config.Load(&bcfg)
@@ -157,13 +173,20 @@ func loadSettings() (cfg workers.Config, hook webhook.Config, bcfg starter.Setti
 	return
 }
 
-// serve registers the webhook type, opens the deliveries DLQ and runs the
+// serve registers the webhook type and the types file's, opens the deliveries DLQ and runs the
 // workers (and the bridge, with FANOUT_BRIDGE) until ctx ends.
-func serve(ctx context.Context, cfg workers.Config, hook webhook.Config, bcfg starter.Settings, log *slog.Logger,
+func serve(ctx context.Context, cfg workers.Config, hook webhook.Config, tf *types.File, bcfg starter.Settings, log *slog.Logger,
 	tel *telemetry.Telemetry, keys *codec.Keyring, rdb redis.UniversalClient, tc client.Client) error {
 	brake, _ := cfg.LowPriorityBrakeRate() // checked by Load
 	reg := fanout.NewRegistry()
 	reg.MustRegister(webhook.EventType, hook.Handler(cfg.DeliveriesInFlight(hook.DeliverConcurrency)), hook.TypeOptions())
+	if tf != nil {
+		allow, _ := webhook.ParseAllow(hook.OutboundAllow) // checked by Load
+		deps := types.Deps{InFlight: cfg.DeliveriesInFlight(hook.DeliverConcurrency), OutboundAllow: allow}
+		if err := types.Build(tf, reg, deps); err != nil {
+			return fmt.Errorf("FANOUT_TYPES_FILE: %w", err)
+		}
+	}
 	kc, err := cfg.Kafka().KafkaConn()
 	if err != nil {
 		return fmt.Errorf("config: %w", err)

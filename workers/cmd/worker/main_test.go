@@ -178,3 +178,33 @@ func TestVersionStamped(t *testing.T) {
 		t.Fatalf("stamped worker -version: %q, want the prefix %q", out, want)
 	}
 }
+
+// A types file (FANOUT_TYPES_FILE) is loaded at start-up: a mistake in it,
+// or a type the pool cannot serve (at most once without the gate), stops
+// the worker naming the variable, the file, its line and the type, before
+// it connects anywhere.
+func TestTypesFileCheckedAtStart(t *testing.T) {
+	addr, conns := countingListener(t)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	secret := write("secret", "whsec_"+strings.Repeat("QUJD", 8)+"\n")
+	bad := write("bad.yaml", "types:\n  news:\n    recipients: {inline: {pointer: /to}}\n    message: {passthrough: {pointer: /m}}\n    channel: {webhook: {signing_secret_file: "+secret+"}}\n    windoww: 3\n")
+	code, _, stderr := runWorker(t, append(env(addr, "info"), "FANOUT_TYPES_FILE="+bad))
+	if code != 1 || !strings.Contains(stderr, "FANOUT_TYPES_FILE") || !strings.Contains(stderr, bad+":6") || !strings.Contains(stderr, "windoww") {
+		t.Fatalf("a types file with an unknown field: exit %d, stderr %q; want 1 naming FANOUT_TYPES_FILE, %s:6 and the field", code, stderr, bad)
+	}
+	amo := write("amo.yaml", "types:\n  alerts:\n    semantics: at-most-once\n    recipients: {inline: {pointer: /to}}\n    message: {passthrough: {pointer: /m}}\n    channel: {webhook: {signing_secret_file: "+secret+"}}\n")
+	code, _, stderr = runWorker(t, append(env(addr, "info"), "FANOUT_TYPES_FILE="+amo, "FANOUT_DEDUP=false"))
+	if code != 1 || !strings.Contains(stderr, amo+":2") || !strings.Contains(stderr, "alerts") || !strings.Contains(stderr, "FANOUT_DEDUP") {
+		t.Fatalf("an at-most-once file type without the gate: exit %d, stderr %q; want 1 naming %s:2, the type and FANOUT_DEDUP", code, stderr, amo)
+	}
+	if n := conns.Load(); n != 0 {
+		t.Fatalf("the worker connected %d times before refusing its types file", n)
+	}
+}
