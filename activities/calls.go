@@ -1,11 +1,15 @@
 package activities
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"sync"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/workflows/vocab"
 )
 
 // Calls is a worker's budget of delivery calls in flight, shared by every
@@ -18,22 +22,48 @@ import (
 // needs; a worker runs more batches than the pool needs to stay full
 // (workers.Options.BatchSlots).
 //
-// A free call goes to the highest priority waiting; within a priority, to
-// the batch with the fewest recipients left (first come first served among
-// equals). So a high-priority batch waits only for calls to end, a small
-// event's batch is not slowed by the big batches beside it, and batches
-// finish one after another, each freeing its slot for the next (shared
-// evenly, batches started together would all end together, late).
+// A free call goes to the highest priority waiting. Within a priority,
+// events take turns by their fairness key (the key and weight Temporal
+// dispatches their batches by, vocab.Fairness): each key waiting gets calls
+// in proportion to its weight, so a small event beside big ones of its
+// priority gets its share of the sockets at once, not after them. Within a
+// key, the batch with the fewest recipients left goes first (first come
+// first served among equals), so an event's batches finish one after
+// another, each freeing its slot for the next (shared evenly, batches
+// started together would all end together, late).
 type Calls struct {
-	size    int
-	mu      sync.Mutex
-	free    int
-	seq     uint64
-	waiters [3]waiterHeap // by priorityRank
+	size  int
+	mu    sync.Mutex
+	free  int
+	seq   uint64
+	ranks [3]turns // by priorityRank
 }
 
 // NewCalls is a pool of n calls in flight (at least 1).
 func NewCalls(n int) *Calls { return &Calls{size: max(n, 1), free: max(n, 1)} }
+
+// share is whose turn a waiter takes: its event's fairness key and weight
+// (0: 1).
+type share struct {
+	key    string
+	weight float64
+}
+
+// shareOf is the share of the batch running in ctx: the fairness of its
+// task (set from the event and its type's FairnessWeight), else its
+// event's key.
+func shareOf(ctx context.Context, ev fanout.Event) share {
+	s := share{key: vocab.FairnessKey(ev), weight: 1}
+	if activity.IsActivity(ctx) {
+		if p := activity.GetInfo(ctx).Priority; p.FairnessKey != "" {
+			s.key = p.FairnessKey
+			if p.FairnessWeight > 0 {
+				s.weight = float64(p.FairnessWeight)
+			}
+		}
+	}
+	return s
+}
 
 // capacity is the pool's size (0: no pool).
 func (c *Calls) capacity() int {
@@ -51,7 +81,7 @@ func (c *Calls) spare() bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.noneWaitingUpTo(len(c.waiters) - 1)
+	return c.noneWaitingUpTo(len(c.ranks) - 1)
 }
 
 // priorityRank orders the waiters: high first.
@@ -66,11 +96,11 @@ func priorityRank(p fanout.Priority) int {
 	}
 }
 
-// acquire takes a call for a delivery of priority p from a batch with left
-// recipients to go, waiting until one is free and no batch ahead of it
-// waits; it fails only with ctx's error, holding nothing. A nil pool never
-// waits.
-func (c *Calls) acquire(ctx context.Context, p fanout.Priority, left int) error {
+// acquire takes a call for a delivery of priority p, for share sh, from a
+// batch with left recipients to go, waiting until one is free and it is
+// the waiter's turn; it fails only with ctx's error, holding nothing. A nil
+// pool never waits.
+func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left int) error {
 	if c == nil {
 		return nil
 	}
@@ -83,7 +113,7 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, left int) error 
 	}
 	c.seq++
 	w := &waiter{ready: make(chan struct{}), left: left, seq: c.seq}
-	heap.Push(&c.waiters[rank], w)
+	c.ranks[rank].push(w, sh)
 	c.mu.Unlock()
 	select {
 	case <-w.ready:
@@ -95,7 +125,7 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, left int) error 
 			c.mu.Unlock()
 			c.release()
 		default:
-			heap.Remove(&c.waiters[rank], w.index)
+			c.ranks[rank].remove(w)
 			c.mu.Unlock()
 		}
 		return ctx.Err()
@@ -105,28 +135,133 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, left int) error 
 // noneWaitingUpTo: no waiter of rank or a higher priority (mu held).
 func (c *Calls) noneWaitingUpTo(rank int) bool {
 	for r := 0; r <= rank; r++ {
-		if c.waiters[r].Len() > 0 {
+		if c.ranks[r].waiting() {
 			return false
 		}
 	}
 	return true
 }
 
-// release returns a call: to the first waiter of the highest priority
-// waiting, else to the pool.
+// release returns a call: to the waiter whose turn it is in the highest
+// priority waiting, else to the pool.
 func (c *Calls) release() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for r := range c.waiters {
-		if c.waiters[r].Len() > 0 {
-			close(heap.Pop(&c.waiters[r]).(*waiter).ready)
+	for r := range c.ranks {
+		if w := c.ranks[r].pop(); w != nil {
+			close(w.ready)
 			return
 		}
 	}
 	c.free++
+}
+
+// turns are one priority's waiters, grouped by fairness key. Keys take
+// turns in proportion to their weights (stride scheduling): the key with
+// the lowest pass goes next and its pass grows by 1/weight; a key that
+// starts waiting joins at the pass of the last key served, so it neither
+// waits for the others' past turns nor claims turns it did not wait for.
+type turns struct {
+	keys  keyHeap // keys with waiters, by pass
+	byKey map[string]*keyTurn
+	now   float64 // the pass of the key served last
+}
+
+// keyTurn is a fairness key's place in its priority's turns.
+type keyTurn struct {
+	key     string
+	pass    float64
+	stride  float64 // 1/weight
+	first   uint64  // arrival of its oldest waiter when it joined: ties
+	waiters waiterHeap
+	index   int // in keys
+}
+
+func (t *turns) waiting() bool { return t.keys.Len() > 0 }
+
+// len is how many wait.
+func (t *turns) len() int {
+	n := 0
+	for _, k := range t.keys {
+		n += k.waiters.Len()
+	}
+	return n
+}
+
+// push queues w under sh's key.
+func (t *turns) push(w *waiter, sh share) {
+	k := t.byKey[sh.key]
+	if k == nil {
+		if t.byKey == nil {
+			t.byKey = make(map[string]*keyTurn)
+		}
+		k = &keyTurn{key: sh.key, pass: t.now, stride: 1 / cmp.Or(max(sh.weight, 0), 1), first: w.seq}
+		t.byKey[sh.key] = k
+		heap.Push(&t.keys, k)
+	}
+	w.turn = k
+	heap.Push(&k.waiters, w)
+}
+
+// pop takes the next waiter: the best of the key whose turn it is (nil:
+// none waits).
+func (t *turns) pop() *waiter {
+	if t.keys.Len() == 0 {
+		return nil
+	}
+	k := t.keys[0]
+	w := heap.Pop(&k.waiters).(*waiter)
+	t.now = k.pass
+	k.pass += k.stride
+	t.settle(k)
+	return w
+}
+
+// remove takes w out of its key's waiters (a wait given up).
+func (t *turns) remove(w *waiter) {
+	k := w.turn
+	heap.Remove(&k.waiters, w.index)
+	t.settle(k)
+}
+
+// settle drops k from the turns once nothing of it waits, else reorders it.
+func (t *turns) settle(k *keyTurn) {
+	if k.waiters.Len() == 0 {
+		heap.Remove(&t.keys, k.index)
+		delete(t.byKey, k.key)
+		return
+	}
+	heap.Fix(&t.keys, k.index)
+}
+
+// keyHeap orders keys by pass, then by arrival.
+type keyHeap []*keyTurn
+
+func (h keyHeap) Len() int { return len(h) }
+func (h keyHeap) Less(i, j int) bool {
+	if h[i].pass != h[j].pass {
+		return h[i].pass < h[j].pass
+	}
+	return h[i].first < h[j].first
+}
+func (h keyHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *keyHeap) Push(x any) {
+	k := x.(*keyTurn)
+	k.index = len(*h)
+	*h = append(*h, k)
+}
+func (h *keyHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return k
 }
 
 // waiter is a batch waiting for a call.
@@ -134,7 +269,8 @@ type waiter struct {
 	ready chan struct{}
 	left  int    // the batch's recipients left
 	seq   uint64 // arrival
-	index int    // in its heap
+	turn  *keyTurn
+	index int // in its key's heap
 }
 
 // waiterHeap orders waiters by recipients left, then arrival.

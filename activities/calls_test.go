@@ -3,6 +3,9 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,14 +17,14 @@ import (
 func TestCallsServePrioritiesFirst(t *testing.T) {
 	c := NewCalls(1)
 	ctx := context.Background()
-	if err := c.acquire(ctx, fanout.PriorityLow, 0); err != nil {
+	if err := c.acquire(ctx, fanout.PriorityLow, share{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 8)
 	queued := 0
 	wait := func(name string, p fanout.Priority) {
 		go func() {
-			if err := c.acquire(ctx, p, 0); err != nil {
+			if err := c.acquire(ctx, p, share{}, 0); err != nil {
 				got <- "error " + err.Error()
 				return
 			}
@@ -31,7 +34,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			c.mu.Lock()
-			n := c.waiters[0].Len() + c.waiters[1].Len() + c.waiters[2].Len()
+			n := c.ranks[0].len() + c.ranks[1].len() + c.ranks[2].len()
 			c.mu.Unlock()
 			if n == queued+1 {
 				queued++
@@ -52,10 +55,10 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	// A high waiter that gives up leaves the others' order alone.
 	cctx, cancel := context.WithCancel(ctx)
 	gaveUp := make(chan error, 1)
-	go func() { gaveUp <- c.acquire(cctx, fanout.PriorityHigh, 0) }()
+	go func() { gaveUp <- c.acquire(cctx, fanout.PriorityHigh, share{}, 0) }()
 	for {
 		c.mu.Lock()
-		n := c.waiters[0].Len()
+		n := c.ranks[0].len()
 		c.mu.Unlock()
 		if n == 2 {
 			break
@@ -91,19 +94,19 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 func TestCallsServeTheShortestBatchFirst(t *testing.T) {
 	c := NewCalls(1)
 	ctx := context.Background()
-	if err := c.acquire(ctx, fanout.PriorityNormal, 0); err != nil {
+	if err := c.acquire(ctx, fanout.PriorityNormal, share{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan int, 4)
 	for i, left := range []int{9000, 40, 700} {
 		go func() {
-			if err := c.acquire(ctx, fanout.PriorityNormal, left); err == nil {
+			if err := c.acquire(ctx, fanout.PriorityNormal, share{}, left); err == nil {
 				got <- left
 			}
 		}()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			c.mu.Lock()
-			n := c.waiters[1].Len()
+			n := c.ranks[1].len()
 			c.mu.Unlock()
 			if n == i+1 {
 				break
@@ -118,5 +121,93 @@ func TestCallsServeTheShortestBatchFirst(t *testing.T) {
 		if g := <-got; g != want {
 			t.Fatalf("the call went to the batch with %d left, want %d", g, want)
 		}
+	}
+}
+
+// Within a priority, events take turns by fairness key in proportion to
+// their weights: a small event that starts waiting beside a big one gets
+// every other call at once (not after the big one's queued calls, nor a
+// burst for the turns it was not waiting), a key of weight 2 gets two
+// calls for one, and within a key the shortest batch still goes first.
+func TestCallsTakeTurnsByFairnessKey(t *testing.T) {
+	c := NewCalls(1)
+	ctx := context.Background()
+	if err := c.acquire(ctx, fanout.PriorityNormal, share{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 64)
+	queued := 0
+	wait := func(name string, sh share, left int) {
+		go func() {
+			if err := c.acquire(ctx, fanout.PriorityNormal, sh, left); err == nil {
+				got <- name
+			}
+		}()
+		queued++
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			c.mu.Lock()
+			n := c.ranks[1].len()
+			c.mu.Unlock()
+			if n == queued {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never queued", name)
+			}
+		}
+	}
+	next := func() string {
+		t.Helper()
+		c.release()
+		select {
+		case g := <-got:
+			queued--
+			return g
+		case <-time.After(5 * time.Second):
+			t.Fatal("no waiter got the call")
+			return ""
+		}
+	}
+	big, small, heavy := share{key: "big", weight: 1}, share{key: "small", weight: 1}, share{key: "heavy", weight: 2}
+	for i := range 6 {
+		wait(fmt.Sprintf("big-%d", i), big, 100+i)
+	}
+	// The big event alone: its shortest batch first.
+	if g := next(); g != "big-0" {
+		t.Fatalf("first call to %s, want big-0", g)
+	}
+	if g := next(); g != "big-1" {
+		t.Fatalf("second call to %s, want big-1", g)
+	}
+	// The small event joins: every other call, starting at once, its
+	// shortest batch first although the big one's are shorter.
+	wait("small-b", small, 900)
+	wait("small-a", small, 800)
+	var order []string
+	for range 4 {
+		order = append(order, next())
+	}
+	if want := []string{"small-a", "big-2", "small-b", "big-3"}; !slices.Equal(order, want) {
+		t.Fatalf("calls went to %v, want %v", order, want)
+	}
+	// A key of weight 2 beside one of weight 1: two calls for one.
+	for i := range 6 {
+		wait(fmt.Sprintf("heavy-%d", i), heavy, i)
+	}
+	counts := map[string]int{}
+	for range 6 {
+		counts[strings.SplitN(next(), "-", 2)[0]]++
+	}
+	if counts["heavy"] != 4 || counts["big"] != 2 {
+		t.Fatalf("six calls shared %v, want heavy 4, big 2", counts)
+	}
+	for queued > 0 {
+		next()
+	}
+	c.release()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.free != 1 || len(c.ranks[1].byKey) != 0 || c.ranks[1].keys.Len() != 0 {
+		t.Fatalf("after every waiter was served: %d free, %d keys left", c.free, len(c.ranks[1].byKey))
 	}
 }

@@ -32,7 +32,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	// Callers beyond conc only with spare calls from the pool (handOver);
 	// the flusher's queue holds a mark for each.
 	maxCallers := min(max(a.Calls.capacity(), conc), len(todo))
-	d := &deliveries{a: a, ctx: ctx, h: h, in: &in, out: make([]outcome, 0, len(todo)), done: skipped,
+	d := &deliveries{a: a, ctx: ctx, h: h, in: &in, share: shareOf(ctx, in.Event), out: make([]outcome, 0, len(todo)), done: skipped,
 		marks: make(chan string, max(maxCallers, 1)), flushed: make(chan error, 1), work: make(chan delivery)}
 	d.feed = a.newDestFeed(ctx, h, in, todo, d.beatLocked)
 	// A failed flush stops the batch: what is delivered from then on could
@@ -75,6 +75,9 @@ type deliveries struct {
 	h    fanout.Handler
 	in   *DeliverBatchInput
 	feed *destFeed
+	// share is the batch's turn in the worker's pool of calls: its
+	// event's fairness key and weight.
+	share share
 
 	mu       sync.Mutex // guards out, done and lastBeat
 	out      []outcome
@@ -220,7 +223,7 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 		// A call from the worker's pool (calls.go), before the feed picks
 		// a recipient: a wait for a destination's limit holds at most one
 		// call per batch.
-		if err := a.Calls.acquire(fctx, in.Priority, src.remaining()); err != nil {
+		if err := a.Calls.acquire(fctx, in.Priority, d.share, src.remaining()); err != nil {
 			if yielded(err) {
 				left = leftOver{n: src.remaining()}
 			}
