@@ -5,10 +5,13 @@ package typesfile_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,13 +30,19 @@ var pgSecrets = map[string]string{
 	"sampled": "whsec_c2FtcGxlZC1zaWduaW5nLXNlY3JldC0wMTIzNDU2Nzg=",
 	"legacy":  "whsec_bGVnYWN5LXNpZ25pbmctc2VjcmV0LTAxMjM0NTY3ODk=",
 	"notes":   "whsec_bm90ZXMtc2lnbmluZy1zZWNyZXQtMDEyMzQ1Njc4OQ==",
+	"digest":  "whsec_ZGlnZXN0LXNpZ25pbmctc2VjcmV0LTAxMjM0NTY3ODk=",
 }
+
+// digestToken is the digest type's recipients endpoint's token, which the
+// types file reads from a file.
+const digestToken = "Bearer digest-7c2e41"
 
 // pgTypes is the types file of the test: posts pages an author's followers
 // from PostgreSQL by keyset; sampled every n-th of them (n from the
 // payload: 0 divides by zero); legacy reads a column the table does not
 // have (the query passes the load, which does not see the schema, and
-// fails when it runs); notes has its recipients in the event.
+// fails when it runs); notes has its recipients in the event; digest asks
+// an HTTP endpoint (DIGEST_URL) with GET, its token from a file.
 const pgTypes = `types:
   posts:
     page_size: 5000
@@ -94,6 +103,21 @@ const pgTypes = `types:
         content_type: application/json
     channel:
       webhook: {signing_secret_file: secrets/notes-signing}
+  digest:
+    max_attempts: 2
+    recipients:
+      http:
+        url: DIGEST_URL
+        method: GET
+        headers:
+          Authorization: {value_from: {file: secrets/digest-token}}
+        cursor: {name: after}
+        limit: {name: n}
+        answer: {recipients: /data, id: /who, address: /hook, next_cursor: /more}
+    message:
+      passthrough: {pointer: /post}
+    channel:
+      webhook: {signing_secret_file: secrets/digest-signing}
 `
 
 // Issue 27's acceptance, items 1, 2 and 4, with the stock worker binary
@@ -124,7 +148,10 @@ func TestPostgresTypesFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopPG()
-	rc := startReceiver(t, "127.0.0.1:0", pgSecrets)
+	// The destinations are on 127.0.0.2, the one range the worker may
+	// deliver to (FANOUT_OUTBOUND_ALLOW); the stack's demo server, where
+	// the digest type's endpoint is, is on 127.0.0.1.
+	rc := startReceiver(t, "127.0.0.2:0", pgSecrets)
 
 	// Author 7 has 25,000 followers, inserted in a random order; author 8
 	// has three good ones and three the workers must refuse: on a loopback
@@ -147,7 +174,7 @@ CREATE TABLE followers (
 INSERT INTO followers SELECT 7, g, '`+hook+`' || g FROM generate_series(1, `+strconv.Itoa(audience)+`) g ORDER BY random();
 INSERT INTO followers SELECT 8, g, '`+hook+`' || g FROM generate_series(1, 3) g;
 INSERT INTO followers VALUES
-	(8, 4, 'http://127.0.0.2:`+strings.Split(rc.URL, ":")[2]+`/hook/4'),
+	(8, 4, 'http://127.0.0.1:`+strings.Split(rc.URL, ":")[2]+`/hook/4'),
 	(8, 5, 'http://10.255.255.1/hook/5'),
 	(8, 6, '`+hook+`6?pad=' || repeat('a', `+strconv.Itoa(fanout.MaxAddressLen)+`));
 ANALYZE followers;`); err != nil {
@@ -158,16 +185,27 @@ ANALYZE followers;`); err != nil {
 	if err := os.Mkdir(filepath.Join(dir, "secrets"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	files := map[string]string{"secrets/followers-dsn": dsn + "\n", "types.yaml": pgTypes}
+	digest := &digestEndpoint{n: 300, hook: hook, auth: map[string]int{}}
+	var victimHits atomic.Int64
+	digest.victim = s.Route(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		victimHits.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	})) + "/victim"
+	digestURL := s.Route(digest) + "/digest"
+	if !strings.HasPrefix(digestURL, "http://127.0.0.1:") {
+		t.Fatalf("the digest endpoint is at %s, want 127.0.0.1 (outside the allowed range)", digestURL)
+	}
+	files := map[string]string{"secrets/followers-dsn": dsn + "\n", "secrets/digest-token": digestToken + "\n",
+		"types.yaml": strings.Replace(pgTypes, "DIGEST_URL", digestURL, 1)}
 	for typ, sec := range pgSecrets {
 		files["secrets/"+typ+"-signing"] = sec + "\n"
 	}
 	writeFiles(t, dir, files)
 	if err := s.StartWorker("worker", "events,high,normal,low",
 		"FANOUT_BRIDGE=true", "FANOUT_TYPES_FILE="+filepath.Join(dir, "types.yaml"),
-		// Deliveries may reach 127.0.0.1 (the receiver) only: the last of
+		// Deliveries may reach 127.0.0.2 (the receiver) only: the last of
 		// a variable wins over the stack's 127.0.0.0/8.
-		"FANOUT_OUTBOUND_ALLOW=127.0.0.1/32",
+		"FANOUT_OUTBOUND_ALLOW=127.0.0.2/32",
 		"FANOUT_RETRY_INITIAL=200ms", "FANOUT_RETRY_MAX=1s",
 	); err != nil {
 		t.Fatal(err)
@@ -216,7 +254,7 @@ ANALYZE followers;`); err != nil {
 	second.release()
 
 	// The other events, published now that the table is free.
-	hostileID, sqlID, zeroID, sampleID, legacyID, notesID := "addrs-"+stamp, "sql-"+stamp, "zero-"+stamp, "sample-"+stamp, "legacy-"+stamp, "notes-"+stamp
+	hostileID, sqlID, zeroID, sampleID, legacyID, notesID, digestID := "addrs-"+stamp, "sql-"+stamp, "zero-"+stamp, "sample-"+stamp, "legacy-"+stamp, "notes-"+stamp, "digest-"+stamp
 	to := make([]map[string]string, 20)
 	for i := range to {
 		to[i] = map[string]string{"id": "n" + strconv.Itoa(i), "address": hook + "n" + strconv.Itoa(i)}
@@ -229,6 +267,7 @@ ANALYZE followers;`); err != nil {
 		starter.Envelope{ID: sampleID, Type: "sampled", Payload: payload(map[string]any{"author_id": 7, "every": 1000})},
 		starter.Envelope{ID: legacyID, Type: "legacy", Payload: payload(map[string]any{"author_id": 7})},
 		starter.Envelope{ID: notesID, Type: "notes", Payload: notes},
+		starter.Envelope{ID: digestID, Type: "digest", Payload: payload(map[string]any{})},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +348,23 @@ ANALYZE followers;`); err != nil {
 	if got, _ := rc.event("notes", notesID); err != nil || res.Delivered != 20 || got != 20 {
 		t.Errorf("notes %s: %+v, %v; the receiver verified %d, want 20", notesID, res.Progress, err, got)
 	}
+	// The digest type's endpoint, on a loopback address the guard would
+	// refuse, is reached (trusted for its own host and port), with the
+	// token of its file; a recipient on that same host and port is not:
+	// the guard refuses it and it is dead-lettered.
+	res, err = s.WaitWorkflow(ctx, vocab.WorkflowID("digest", digestID), digestID)
+	if got, _ := rc.event("digest", digestID); err != nil || res.Delivered != int64(digest.n) || got != digest.n || res.Failed != 1 || res.DeadLettered != 1 {
+		t.Errorf("digest %s: %+v, %v; the receiver verified %d; want %d delivered, the same-host recipient failed and dead-lettered", digestID, res.Progress, err, got, digest.n)
+	}
+	digest.mu.Lock()
+	if digest.requests < 2 || digest.auth[digestToken] != digest.requests {
+		t.Errorf("the digest endpoint got %d requests with Authorization %v, want several, each with the file's token", digest.requests, digest.auth)
+	}
+	digest.mu.Unlock()
+	if n := victimHits.Load(); n != 0 {
+		t.Errorf("the recipient on the endpoint's host got %d requests, want none", n)
+	}
+
 	if bad := rc.refused(); len(bad) > 0 {
 		t.Errorf("the receiver refused %d deliveries, first: %s", len(bad), bad[0])
 	}
@@ -369,3 +425,49 @@ func (l *tableLock) granted(t *testing.T) {
 
 // release ends the lock's transaction.
 func (l *tableLock) release() { _ = l.tx.Rollback(l.ctx) }
+
+// digestEndpoint answers GET ?after=&n= with {"data": [{"who", "hook"}],
+// "more"}: n recipients on the receiver, then one whose address is
+// victim, on the endpoint's own host and port. It records the
+// Authorization header of every request.
+type digestEndpoint struct {
+	n            int
+	hook, victim string
+	mu           sync.Mutex
+	requests     int
+	auth         map[string]int
+}
+
+func (d *digestEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	d.requests++
+	d.auth[r.Header.Get("Authorization")]++
+	d.mu.Unlock()
+	from, _ := strconv.Atoi(r.URL.Query().Get("after"))
+	limit, err := strconv.Atoi(r.URL.Query().Get("n"))
+	if r.Method != http.MethodGet || r.URL.Path != "/digest" || err != nil || limit < 1 {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	type item struct {
+		Who  string `json:"who"`
+		Hook string `json:"hook"`
+	}
+	var out struct {
+		Data []item `json:"data"`
+		More string `json:"more,omitempty"`
+	}
+	out.Data = []item{}
+	for i := from; i <= d.n && len(out.Data) < min(limit, 100); i++ {
+		if i == d.n {
+			out.Data = append(out.Data, item{"same-host", d.victim})
+		} else {
+			out.Data = append(out.Data, item{"d" + strconv.Itoa(i), d.hook + "d" + strconv.Itoa(i)})
+		}
+	}
+	if next := from + len(out.Data); next <= d.n {
+		out.More = strconv.Itoa(next)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
