@@ -259,6 +259,9 @@ ANALYZE followers;`); err != nil {
 	for i := range to {
 		to[i] = map[string]string{"id": "n" + strconv.Itoa(i), "address": hook + "n" + strconv.Itoa(i)}
 	}
+	// The event's own recipients are checked like any source's: a repeat,
+	// an id outside the grammar, a private address.
+	to = append(to, to[0], map[string]string{"id": "bad id", "address": hook + "bad"}, map[string]string{"id": "n-private", "address": "http://10.255.255.1/hook"})
 	notes, _ := json.Marshal(map[string]any{"text": "a note", "to": to})
 	if err := s.Publisher.Publish(ctx,
 		starter.Envelope{ID: hostileID, Type: "posts", Payload: payload(map[string]any{"author_id": 8})},
@@ -345,8 +348,8 @@ ANALYZE followers;`); err != nil {
 	// The notes type signs with its own secret (the receiver checks that
 	// the posts secret does not verify its deliveries, and the reverse).
 	res, err = s.WaitWorkflow(ctx, vocab.WorkflowID("notes", notesID), notesID)
-	if got, _ := rc.event("notes", notesID); err != nil || res.Delivered != 20 || got != 20 {
-		t.Errorf("notes %s: %+v, %v; the receiver verified %d, want 20", notesID, res.Progress, err, got)
+	if got, repeated := rc.event("notes", notesID); err != nil || res.Delivered != 20 || got != 20 || repeated != 0 || res.Duplicates != 1 || res.Failed != 2 || res.DeadLettered != 2 {
+		t.Errorf("notes %s: %+v, %v; the receiver verified %d (%d more than once); want 20 delivered once, 1 duplicate, 2 failed and dead-lettered", notesID, res.Progress, err, got, repeated)
 	}
 	// The digest type's endpoint, on a loopback address the guard would
 	// refuse, is reached (trusted for its own host and port), with the
