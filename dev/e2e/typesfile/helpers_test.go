@@ -29,23 +29,21 @@ import (
 // fanout's own signing code): the signature must verify with the secret of
 // the delivery's type, and must not verify with the secret of any other
 // type, so that a receiver of one type cannot forge another's. It counts
-// the verified deliveries by webhook-id (type/event/recipient) and keeps
-// each event's last body.
+// the verified deliveries by webhook-id (type/event/recipient).
 type receiver struct {
 	*httptest.Server
 	hooks map[string]*standardwebhooks.Webhook // type -> its secret
 
-	mu     sync.Mutex
-	got    map[string]int    // webhook-id -> verified deliveries
-	bodies map[string][]byte // event id -> a delivered body
-	bad    []string          // deliveries that failed a check
+	mu  sync.Mutex
+	got map[string]int // webhook-id -> verified deliveries
+	bad []string       // deliveries that failed a check
 }
 
 // startReceiver listens on addr ("127.0.0.1:0") and verifies with secrets
 // (type -> whsec_ secret).
 func startReceiver(t *testing.T, addr string, secrets map[string]string) *receiver {
 	t.Helper()
-	rc := &receiver{hooks: map[string]*standardwebhooks.Webhook{}, got: map[string]int{}, bodies: map[string][]byte{}}
+	rc := &receiver{hooks: map[string]*standardwebhooks.Webhook{}, got: map[string]int{}}
 	for typ, sec := range secrets {
 		wh, err := standardwebhooks.NewWebhook(sec)
 		if err != nil {
@@ -98,7 +96,6 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	rc.mu.Lock()
 	rc.got[id]++
-	rc.bodies[parts[1]] = body
 	rc.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -120,12 +117,6 @@ func (rc *receiver) event(typ, eventID string) (unique, repeated int) {
 	return unique, repeated
 }
 
-func (rc *receiver) body(eventID string) []byte {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return rc.bodies[eventID]
-}
-
 func (rc *receiver) refused() []string {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -145,13 +136,14 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // history is every event of every run of workflow wid, from its first run
 // through its continue-as-news, as the Temporal UI shows them.
 func history(ctx context.Context, tc client.Client, wid string) ([]*historypb.HistoryEvent, error) {
-	d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
+	d, err := tc.DescribeWorkflow(ctx, wid, "")
 	if err != nil {
 		return nil, err
 	}
-	run := d.GetWorkflowExecutionInfo().GetFirstRunId()
+	info := d.RawResponse.GetWorkflowExecutionInfo()
+	run := info.GetFirstRunId()
 	if run == "" {
-		run = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		run = info.GetExecution().GetRunId()
 	}
 	var all []*historypb.HistoryEvent
 	for run != "" {
@@ -176,11 +168,11 @@ func history(ctx context.Context, tc client.Client, wid string) ([]*historypb.Hi
 // DescribeWorkflowExecution) and the message of the WorkflowExecutionFailed
 // event of its history with every cause's, joined by " <- ".
 func failure(ctx context.Context, tc client.Client, wid string) (enumspb.WorkflowExecutionStatus, string, error) {
-	d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
+	d, err := tc.DescribeWorkflow(ctx, wid, "")
 	if err != nil {
 		return 0, "", err
 	}
-	status := d.GetWorkflowExecutionInfo().GetStatus()
+	status := d.RawResponse.GetWorkflowExecutionInfo().GetStatus()
 	it := tc.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()

@@ -240,11 +240,11 @@ ANALYZE followers;`); err != nil {
 	// released once its activity is on its third attempt.
 	wid := vocab.WorkflowID("posts", postID)
 	waitFor(t, 2*time.Minute, "a recipients page on its third attempt", func() (bool, error) {
-		d, err := s.TC.DescribeWorkflowExecution(ctx, wid, "")
+		d, err := s.TC.DescribeWorkflow(ctx, wid, "")
 		if err != nil {
 			return false, err
 		}
-		for _, pa := range d.GetPendingActivities() {
+		for _, pa := range d.RawResponse.GetPendingActivities() {
 			if pa.GetActivityType().GetName() == "RecipientsPage" && pa.GetAttempt() >= 3 {
 				return true, nil
 			}
