@@ -80,7 +80,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +90,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/internal/config"
 )
 
 // SourceName is the source's name in a types file.
@@ -113,7 +113,8 @@ const DefaultConnectTimeout = 10 * time.Second
 // query, statement_timeout).
 type Config struct {
 	// DSNFile is the file holding the DSN (a postgres:// URL or
-	// keyword=value pairs), never written inline.
+	// keyword=value pairs), never written inline: a regular file of at
+	// most 64 KiB, read like every secret file (config.ReadSecretFile).
 	DSNFile string
 	// Query is the keyset query with named parameters (see the package
 	// documentation).
@@ -183,13 +184,12 @@ func New(cfg Config) (*Source, error) {
 	if cfg.DSNFile == "" {
 		return nil, fieldErr(FieldDSNFile, "empty (the DSN is read from a file, never written inline)")
 	}
-	b, err := os.ReadFile(cfg.DSNFile)
+	// Read as a secret file: a regular file (not a FIFO or a device, which
+	// would block the start or fill the memory), bounded, trimmed, not
+	// empty; its errors name the path, never the content.
+	dsn, err := config.ReadSecretFile("DSN file", cfg.DSNFile)
 	if err != nil {
 		return nil, &FieldError{Field: FieldDSNFile, Err: err}
-	}
-	dsn := strings.TrimSpace(string(b))
-	if dsn == "" {
-		return nil, fieldErr(FieldDSNFile, "%s is empty", cfg.DSNFile)
 	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestNewRefuses(t *testing.T) {
 		cfg         Config
 		want        string
 	}{
-		{"missing DSN file", FieldDSNFile, Config{DSNFile: filepath.Join(t.TempDir(), "nope"), Query: keyset}, "open "},
+		{"missing DSN file", FieldDSNFile, Config{DSNFile: filepath.Join(t.TempDir(), "nope"), Query: keyset}, "no such file"},
 		{"no DSN file", FieldDSNFile, Config{Query: keyset}, "empty (the DSN is read from a file"},
 		{"empty DSN file", FieldDSNFile, Config{DSNFile: dsnFile(t, "  "), Query: keyset}, "is empty"},
 		{"simple protocol", FieldDSNFile, Config{DSNFile: dsnFile(t, "postgres://127.0.0.1/app?default_query_exec_mode=simple_protocol"), Query: keyset}, "default_query_exec_mode=simple_protocol"},
@@ -135,5 +136,40 @@ func TestPageConnectionRefusedIsTransient(t *testing.T) {
 	s.Close()
 	if _, err := s.Page(ctx, fanout.Event{ID: "e", Type: "t", Payload: json.RawMessage(`{"author_id": 1}`)}, "", 10); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("a page after Close: %v", err)
+	}
+}
+
+// The DSN file is read like any secret file: a regular file of at most
+// 64 KiB. A FIFO would block the worker's start (and a device such as
+// /dev/zero fill its memory: not tried here, for that reason); a large
+// file is a wrong path, not a DSN.
+func TestNewDSNFileBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, []byte("postgres://127.0.0.1/app?application_name="+strings.Repeat("a", 70<<10)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{fifo, "is not a regular file"},
+		{big, "over 65536"},
+	} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := New(Config{DSNFile: c.path, Query: keyset})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != FieldDSNFile || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("DSN file %s: %v, want a dsn_file error %q", c.path, err, c.want)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("DSN file %s: New did not return within 3s", c.path)
+		}
 	}
 }
