@@ -292,4 +292,3 @@ func WriteConfiguration(root string) error {
 	}
 	return os.WriteFile(filepath.Join(root, ConfigurationPage), b, 0o644)
 }
-
