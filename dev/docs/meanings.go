@@ -84,7 +84,7 @@ var Meanings = map[string]string{
 	"FANOUT_FAIRNESS_WEIGHT":      "the type's share of a task queue against other types' events (up to 1000; with task-queue fairness)",
 	"FANOUT_DESTINATION_RATE":     "default limit per destination host, calls/s shared by every worker (unset: none); `starter limits` overrides it",
 	"FANOUT_BREAKER_FAILURES":     "consecutive failed calls to one host that open its breaker; `-1`: no breaker",
-	"FANOUT_BREAKER_COOLDOWN":     "how long an open breaker holds a host's calls before one trial call",
+	"FANOUT_BREAKER_COOLDOWN":     "how long an open breaker holds a host's calls before one probe call",
 	"FANOUT_RECIPIENTS_URL_ALLOW": "where a payload's `recipients_url` may point: `scheme://host[:port][/path/]` entries; unset: nowhere",
 	"FANOUT_WEBHOOK_SECRETS":      "Standard Webhooks secrets (`whsec_...`, comma-separated): every delivery is signed with each",
 	"FANOUT_WEBHOOK_SECRETS_FILE": "the same from a file, one a line; not with `FANOUT_WEBHOOK_SECRETS`",
