@@ -75,7 +75,7 @@ func TemporalGroup() EnvGroup {
 }
 
 // OTelNote says which OpenTelemetry variables apply.
-const OTelNote = "OpenTelemetry: the SDK's OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\nOTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, ...). What each variable means: README.md, Configuration."
+const OTelNote = "OpenTelemetry: the SDK's OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,\nOTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, ...). What each variable means: docs/configuration.md."
 
 // Write prints the help with fs's flags (nil: none but -h).
 func (h Help) Write(w io.Writer, fs *flag.FlagSet) {

@@ -10,7 +10,7 @@
 //	starter codec-server   serve the payload codec to the Temporal UI and CLI (token, CORS)
 //
 // Configuration comes from FANOUT_* and TEMPORAL_* environment variables
-// (see the README); publish also takes flags.
+// (docs/configuration.md); publish also takes flags.
 package main
 
 import (
@@ -131,7 +131,7 @@ Commands:
 	fmt.Fprint(w, `
 Run 'starter <command> -h' (or 'starter help <command>') for a command's flags and the
 environment variables it reads. Configuration comes from FANOUT_* and TEMPORAL_* variables
-(README.md, Configuration).
+(docs/configuration.md).
 `)
 }
 
