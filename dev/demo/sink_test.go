@@ -1,9 +1,11 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,9 +87,9 @@ func TestSinkPerSecond(t *testing.T) {
 	sink := NewSink()
 	base := time.Unix(1_700_000_000, 0)
 	for i, at := range []time.Duration{0, 300 * time.Millisecond, 999 * time.Millisecond, time.Second, 3500 * time.Millisecond} {
-		sink.record("e1", "r"+string(rune('a'+i)), base.Add(at))
+		sink.record("e1", "r"+string(rune('a'+i)), false, base.Add(at))
 	}
-	sink.record("e2", "r0", base)
+	sink.record("e2", "r0", false, base)
 	want := map[int64]int{base.Unix(): 3, base.Unix() + 1: 1, base.Unix() + 3: 1}
 	check := func(how string, got map[int64]int) {
 		t.Helper()
@@ -110,5 +112,63 @@ func TestSinkPerSecond(t *testing.T) {
 	check("over HTTP", got)
 	if n := len(sink.PerSecond("none")); n != 0 {
 		t.Fatalf("an unknown event has %d seconds", n)
+	}
+}
+
+// A sink told a type's secret takes that type's deliveries signed with it
+// (checked with the Standard Webhooks reference library), refuses them
+// signed with another type's secret or unsigned, and leaves other types
+// unchecked.
+func TestSinkVerify(t *testing.T) {
+	const newPost, digest = "whsec_bmV3LXBvc3Qtc2VjcmV0LW9mLTMyLWJ5dGVzLSE=", "whsec_ZGlnZXN0LXNlY3JldC1vZi0zMi1ieXRlcy1sb25nIQ=="
+	sink := NewSink()
+	if err := sink.Verify("new_post", newPost); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Verify("x", "not-a-secret"); err == nil {
+		t.Fatal("a bad secret was taken")
+	}
+	srv := httptest.NewServer(Mux(&Source{}, sink))
+	defer srv.Close()
+	send := func(typ, secret, rc string) int {
+		t.Helper()
+		body := []byte(`{"kind":"new_post"}`)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/deliver", bytes.NewReader(body))
+		req.Header.Set(webhook.HeaderEventID, "e1")
+		req.Header.Set(webhook.HeaderRecipientID, rc)
+		req.Header.Set(webhook.HeaderEventType, typ)
+		if secret != "" {
+			s, err := webhook.NewSigner(secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, ts := "new_post/e1/"+rc, time.Now().Unix()
+			req.Header.Set(webhook.HeaderWebhookID, id)
+			req.Header.Set(webhook.HeaderWebhookTimestamp, strconv.FormatInt(ts, 10))
+			req.Header.Set(webhook.HeaderWebhookSignature, s.Sign(id, ts, body))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		typ, secret, rc string
+		want            int
+	}{
+		{"new_post", newPost, "r1", http.StatusNoContent},
+		{"new_post", digest, "r2", http.StatusUnauthorized},
+		{"new_post", "", "r3", http.StatusUnauthorized},
+		{"digest", "", "r4", http.StatusNoContent},
+	} {
+		if got := send(c.typ, c.secret, c.rc); got != c.want {
+			t.Errorf("%s signed with %.12q: HTTP %d, want %d", c.typ, c.secret, got, c.want)
+		}
+	}
+	st, tot := sink.Event("e1"), sink.Totals()
+	if st.Unique != 2 || st.Verified != 1 || tot.BadSignatures != 2 || tot.Rejected != 2 {
+		t.Fatalf("stats %+v, totals %+v; want 2 recipients, 1 verified, 2 bad signatures", st, tot)
 	}
 }

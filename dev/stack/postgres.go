@@ -184,25 +184,7 @@ type postgresBins struct{ initdb, postgres string }
 // postgresBinaries finds initdb and postgres, installing Debian's
 // postgresql package when they are missing and this process runs as root.
 func postgresBinaries(progress io.Writer) (postgresBins, error) {
-	find := func() (postgresBins, bool) {
-		initdb, err1 := exec.LookPath("initdb")
-		server, err2 := exec.LookPath("postgres")
-		if err1 == nil && err2 == nil {
-			return postgresBins{initdb, server}, true
-		}
-		// Debian keeps the server binaries out of PATH, one folder per
-		// major version.
-		dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-		slices.SortFunc(dirs, func(a, b string) int { return majorOf(b) - majorOf(a) })
-		for _, d := range dirs {
-			b := postgresBins{filepath.Join(d, "initdb"), filepath.Join(d, "postgres")}
-			if isFile(b.initdb) && isFile(b.postgres) {
-				return b, true
-			}
-		}
-		return postgresBins{}, false
-	}
-	if b, ok := find(); ok {
+	if b, ok := findPostgres(); ok {
 		return b, nil
 	}
 	if os.Geteuid() != 0 {
@@ -217,10 +199,38 @@ func postgresBinaries(progress io.Writer) (postgresBins, error) {
 			return postgresBins{}, fmt.Errorf("apt-get %s: %w (install postgresql by hand)", strings.Join(args, " "), err)
 		}
 	}
-	if b, ok := find(); ok {
+	if b, ok := findPostgres(); ok {
 		return b, nil
 	}
 	return postgresBins{}, errors.New("postgresql installed, but initdb and postgres are still not found")
+}
+
+// PostgresInstalled reports whether the PostgreSQL server binaries are
+// on this machine (PATH or Debian's /usr/lib/postgresql/*/bin), without
+// installing them as StartPostgres does for root.
+func PostgresInstalled() bool {
+	_, ok := findPostgres()
+	return ok
+}
+
+// findPostgres finds initdb and postgres.
+func findPostgres() (postgresBins, bool) {
+	initdb, err1 := exec.LookPath("initdb")
+	server, err2 := exec.LookPath("postgres")
+	if err1 == nil && err2 == nil {
+		return postgresBins{initdb, server}, true
+	}
+	// Debian keeps the server binaries out of PATH, one folder per
+	// major version.
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	slices.SortFunc(dirs, func(a, b string) int { return majorOf(b) - majorOf(a) })
+	for _, d := range dirs {
+		b := postgresBins{filepath.Join(d, "initdb"), filepath.Join(d, "postgres")}
+		if isFile(b.initdb) && isFile(b.postgres) {
+			return b, true
+		}
+	}
+	return postgresBins{}, false
 }
 
 // majorOf is the version of a /usr/lib/postgresql/<version>/bin folder.

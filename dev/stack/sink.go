@@ -3,13 +3,16 @@ package stack
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/fanout/fanout/dev/demo"
+	"github.com/fanout/fanout/internal/config"
 	"go.temporal.io/sdk/client"
 )
 
@@ -20,6 +23,15 @@ import (
 func (s *Stack) demoHandler(ctx context.Context) (http.Handler, error) {
 	if !s.opts.SinkProcess {
 		s.Sink = demo.NewSink()
+		for _, typ := range slices.Sorted(maps.Keys(s.opts.SinkVerify)) {
+			sec, err := config.ReadSecretFile("sink verify "+typ, s.opts.SinkVerify[typ])
+			if err != nil {
+				return nil, err
+			}
+			if err := s.Sink.Verify(typ, config.SecretList(sec)...); err != nil {
+				return nil, err
+			}
+		}
 		s.SinkURL = s.DemoURL
 		s.SinkClient = demo.NewSinkClient(s.SinkURL)
 		return demo.Mux(&demo.Source{DeliverURL: s.SinkURL + "/deliver"}, s.Sink), nil
@@ -46,6 +58,9 @@ func (s *Stack) startSink(ctx context.Context) error {
 	spec := procSpec{bin: filepath.Join(s.Bin, "sink"), args: []string{"-addr", addr}}
 	if s.opts.SinkPprof != "" {
 		spec.args = append(spec.args, "-pprof", s.opts.SinkPprof)
+	}
+	for _, typ := range slices.Sorted(maps.Keys(s.opts.SinkVerify)) {
+		spec.args = append(spec.args, "-verify", typ+"="+s.opts.SinkVerify[typ])
 	}
 	if err := s.startProc("sink", spec); err != nil {
 		return err

@@ -78,6 +78,10 @@ type Options struct {
 	// Stack.Sink is then nil; read its counts with Stack.SinkClient.
 	SinkProcess bool
 	SinkPort    int
+	// SinkVerify has the sink check the signature of every delivery of an
+	// event type with the secrets in a file (type → file; demo.Sink.Verify),
+	// as that type's receivers do.
+	SinkVerify map[string]string
 	// SinkPprof, with SinkProcess, is a loopback address where the sink
 	// process serves net/http/pprof.
 	SinkPprof string

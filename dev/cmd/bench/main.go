@@ -7,6 +7,13 @@
 // Ratios are measured side by side in one run; nothing here asserts a
 // speed.
 //
+// Scenarios (-only picks some): heavy, floor, heavy-stock, light,
+// light-burst, noop-burst, light-relative, noop-relative, isolation,
+// isolation-relative, slow, fairness, scaling, dedup; opt-in: huge (one
+// event of 5,000,000 recipients) and heavy-file (heavy's event with an
+// event type defined in a types file, four runs alternating with the
+// environment's webhook type, both signed; its ratio is file/webhook).
+//
 //	go tool task bench
 //	go tool task bench -- -quick -json out.json
 package main
@@ -101,13 +108,15 @@ func (s sizes) scaled(f float64) sizes {
 
 var allScenarios = []string{"heavy", "floor", "heavy-stock", "light", "light-burst", "noop-burst", "light-relative", "noop-relative", "isolation", "isolation-relative", "slow", "fairness", "scaling", "dedup"}
 
-// optInScenarios run only when named with -only.
-var optInScenarios = []string{"huge"}
+// optInScenarios run only when named with -only: huge (5,000,000
+// recipients) and heavy-file (four heavy runs, heavyFile).
+var optInScenarios = []string{"huge", "heavy-file"}
 
 func main() {
 	quick := flag.Bool("quick", false, "every scenario at a tenth of the size")
+	scale := flag.Float64("scale", 0, "every scenario at this fraction of the size (0.1 is -quick), e.g. 0.001 for a smoke run; not a measurement")
 	jsonOut := flag.String("json", "", "write the rows as JSON to this file")
-	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+"; opt-in: "+strings.Join(optInScenarios, ",")+")")
+	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+"; opt-in: "+strings.Join(optInScenarios, ",")+"; heavy-file compares heavy's event of a types file's type with the environment's webhook type)")
 	keep := flag.String("dir", "", "keep logs and state in this directory")
 	lightRate := flag.Float64("light-rate", 100, "events/s published in the light scenario")
 	isoRate := flag.Float64("isolation-rate", 50, "events/s published in the isolation scenario, alone and beside the heavy event (below light's rate: at 100/s the light scenario alone keeps both cores ~90% busy)")
@@ -120,6 +129,9 @@ func main() {
 	sz := fullSizes()
 	if *quick {
 		sz = sz.scaled(0.1)
+	}
+	if *scale > 0 {
+		sz = fullSizes().scaled(*scale)
 	}
 	sz.lightRate, sz.isoRate = *lightRate, *isoRate
 	want := allScenarios
@@ -171,8 +183,17 @@ func run(ctx context.Context, sz sizes, want []string, dir, temporalEnv, tempora
 		return nil, err
 	}
 	defer st.Close()
-	b := &bench{st: st, sz: sz, out: out, stamp: time.Now().UTC().Format("150405")}
-	if err := b.startWorkers(separateBridge); err != nil {
+	b := &bench{st: st, sz: sz, out: out, stamp: time.Now().UTC().Format("150405"), secure: secure}
+	var env []string
+	if slices.Contains(want, "heavy-file") {
+		// heavy-file's type is served by the same processes as webhook.
+		if b.typesFile, err = writeBenchTypes(st.Dir, st.DemoURL+"/recipients"); err != nil {
+			return nil, err
+		}
+		env = append(env, "FANOUT_TYPES_FILE="+b.typesFile)
+		fmt.Fprintf(out, "[bench] the workers serve the types file %s beside webhook (heavy-file)\n", b.typesFile)
+	}
+	if err := b.startWorkers(separateBridge, env...); err != nil {
 		return nil, err
 	}
 	if nice != 0 {
@@ -186,7 +207,7 @@ func run(ctx context.Context, sz sizes, want []string, dir, temporalEnv, tempora
 		"heavy": b.heavy, "floor": b.floor, "heavy-stock": b.heavyStock, "light": b.lightPaced, "light-burst": b.lightBurst,
 		"isolation": b.isolation, "slow": b.slow, "fairness": b.fairness, "scaling": b.scaling, "dedup": b.dedup, "huge": b.huge,
 		"light-relative": b.lightRelative, "isolation-relative": b.isolationRelative,
-		"noop-burst": b.noopBurst, "noop-relative": b.noopRelative,
+		"noop-burst": b.noopBurst, "noop-relative": b.noopRelative, "heavy-file": b.heavyFile,
 	}
 	defer func() {
 		if b.noopWorker != nil {
@@ -228,7 +249,7 @@ func temporalCosts(r *Row) {
 		return
 	}
 	small := slices.Contains([]string{"light", "light-burst", "light-relative", "noop-burst", "noop-relative"}, r.Scenario)
-	if !small && !slices.Contains([]string{"heavy", "heavy-stock", "dedup", "huge"}, r.Scenario) {
+	if !small && !slices.Contains([]string{"heavy", "heavy-stock", "dedup", "huge", "heavy-file"}, r.Scenario) {
 		return
 	}
 	if small {

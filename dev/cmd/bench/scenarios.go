@@ -49,6 +49,9 @@ type bench struct {
 	lastHeavy string  // event id of the last heavyRun
 	burstRate float64 // events/s of light-burst: the machine's capacity for small events
 
+	typesFile string // heavy-file's types file, which the workers serve; "" without heavy-file
+	secure    bool   // -secure: the webhook type signs throughout
+
 	noopWorker  worker.Worker // runs the no-op workflows of the noop scenarios (noop.go)
 	noopStarted int           // no-op workflows started in this run
 }
@@ -61,8 +64,8 @@ func (b *bench) id(prefix string) string {
 // startWorkers starts the events worker, the delivery workers (one for
 // high and normal, one for low: each priority's pool is its own process, as
 // deployed) and the bridge: inside the events worker (eager starts) unless
-// separate.
-func (b *bench) startWorkers(separateBridge bool) error {
+// separate. env is added to each one's environment.
+func (b *bench) startWorkers(separateBridge bool, env ...string) error {
 	var evEnv, delEnv []string
 	if os.Getenv("FANOUT_BENCH_PPROF") != "" {
 		// For profiling: go tool pprof http://127.0.0.1:6061/debug/pprof/profile
@@ -71,19 +74,19 @@ func (b *bench) startWorkers(separateBridge bool) error {
 	if !separateBridge {
 		evEnv = append(evEnv, "FANOUT_BRIDGE=true")
 	}
-	if err := b.st.StartWorker("events", "events", evEnv...); err != nil {
+	if err := b.st.StartWorker("events", "events", append(evEnv, env...)...); err != nil {
 		return err
 	}
-	if err := b.st.StartWorker("delivery", "high,normal", delEnv...); err != nil {
+	if err := b.st.StartWorker("delivery", "high,normal", append(delEnv, env...)...); err != nil {
 		return err
 	}
-	if err := b.st.StartWorker("delivery-low", "low"); err != nil {
+	if err := b.st.StartWorker("delivery-low", "low", env...); err != nil {
 		return err
 	}
 	if !separateBridge {
 		return nil
 	}
-	return b.st.StartBridge("bridge")
+	return b.st.StartBridge("bridge", env...)
 }
 
 // waitDelivered waits until every event reached its audience at the sink,
@@ -156,12 +159,22 @@ func (b *bench) waitDelivered(ctx context.Context, label string, evs []stack.Eve
 // the sink, which count the connections the delivery client closed instead
 // of reusing (at their peak, sampled, and after the run).
 func (b *bench) heavyRun(ctx context.Context, label string, n int) (Row, error) {
+	return b.heavyRunType(ctx, label, n, webhook.EventType)
+}
+
+// heavyRunType is heavyRun with an event of type typ: the webhook type's
+// payload (audience and message) under another type.
+func (b *bench) heavyRunType(ctx context.Context, label string, n int, typ string) (Row, error) {
 	ev := stack.Event{ID: b.id(label), Audience: n, Priority: fanout.PriorityNormal}
-	b.lastHeavy = ev.ID
+	if typ == webhook.EventType {
+		b.lastHeavy = ev.ID
+	}
+	env := ev.Envelope()
+	env.Type = typ
 	tw := b.startTimeWait()
 	cpu0 := b.cpuTimes()
 	t0 := time.Now()
-	if err := b.st.Publish(ctx, ev); err != nil {
+	if err := b.st.Publisher.Publish(ctx, env); err != nil {
 		tw.stop()
 		return Row{}, err
 	}
@@ -170,7 +183,7 @@ func (b *bench) heavyRun(ctx context.Context, label string, n int) (Row, error) 
 		tw.stop()
 		return Row{}, err
 	}
-	res, err := b.st.Wait(ctx, ev.ID)
+	res, err := b.st.WaitWorkflow(ctx, vocab.WorkflowID(typ, ev.ID), ev.ID)
 	cpu := diffCPU(cpu0, b.cpuTimes())
 	tw.stop()
 	if err != nil {

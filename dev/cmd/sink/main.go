@@ -3,8 +3,11 @@
 // POST /deliver with 204 and counts them per event and recipient, and
 // serves its counts at GET /stats (?event=ID) and POST /stats/events. The
 // dev stack starts it for `task dev` and the bench (stack.Options.SinkProcess).
+// With -verify TYPE=FILE it checks the Standard Webhooks signature of every
+// delivery of that event type with the secret(s) in FILE, as that type's
+// receiver does (demo.Sink.Verify).
 //
-//	go run ./dev/cmd/sink -addr 127.0.0.1:8091
+//	go run ./dev/cmd/sink -addr 127.0.0.1:8091 [-verify new_post=secrets/new_post-signing]
 package main
 
 import (
@@ -19,24 +22,38 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fanout/fanout/dev/demo"
+	"github.com/fanout/fanout/internal/config"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8091", "loopback address to serve on")
 	pprofAddr := flag.String("pprof", "", "loopback address to serve net/http/pprof on (empty: off)")
+	sink := demo.NewSink()
+	flag.Func("verify", "TYPE=FILE: check the signature of every delivery of event type TYPE with the Standard Webhooks secrets in FILE (one per line); repeat for each type", func(v string) error {
+		typ, file, ok := strings.Cut(v, "=")
+		if !ok || typ == "" || file == "" {
+			return errors.New("want TYPE=FILE")
+		}
+		sec, err := config.ReadSecretFile("-verify "+typ, file)
+		if err != nil {
+			return err
+		}
+		return sink.Verify(typ, config.SecretList(sec)...)
+	})
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log, *addr, *pprofAddr); err != nil {
+	if err := run(log, sink, *addr, *pprofAddr); err != nil {
 		log.Error("sink stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger, addr, pprofAddr string) error {
+func run(log *slog.Logger, sink *demo.Sink, addr, pprofAddr string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := listenLoopback(addr)
@@ -44,7 +61,7 @@ func run(log *slog.Logger, addr, pprofAddr string) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	demo.NewSink().Routes(mux)
+	sink.Routes(mux)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 	if pprofAddr != "" {
 		if err := servePprof(log, pprofAddr); err != nil {
