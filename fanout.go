@@ -45,6 +45,71 @@ type Event struct {
 	// queues, so one sender publishing many events gets the share of one;
 	// without it every event has its own key (vocab.Fairness).
 	Tenant string `json:"tenant,omitempty"`
+	// Canary holds the event back after its first recipients: see Canary.
+	// Set, it replaces the type's (TypeOptions.CanaryRecipients and
+	// CanaryMaxFailureRatio); {"recipients": 0} turns the type's off for
+	// this event.
+	Canary *Canary `json:"canary,omitempty"`
+	// ExpiresAt (RFC 3339 on the topic) is when the event stops being worth
+	// delivering: batches that would start after it are not delivered, and
+	// their recipients are counted expired (not failed, not dead-lettered).
+	// Zero: the type's TTL from when the event is due, or never.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// Canary is an event's trial delivery: the first batches of the event,
+// together at least Recipients, are delivered and awaited; the event goes
+// on only if the share of those recipients that failed (given up:
+// permanent failures at once, transient ones after MaxAttempts) is at most
+// MaxFailureRatio of those settled (delivered or failed). Otherwise it
+// pauses itself with the reason, and an operator's resume continues it.
+type Canary struct {
+	// Recipients is the canary's size (0: no canary). The canary is made
+	// of whole batches: with BatchSize at most Recipients it is about
+	// Recipients.
+	Recipients int `json:"recipients"`
+	// MaxFailureRatio is the highest failure ratio the event goes on with,
+	// from 0 up to (not including) 1. 0: DefaultCanaryMaxFailureRatio.
+	MaxFailureRatio float64 `json:"max_failure_ratio,omitempty"`
+}
+
+// Bounds of a canary and of an event's lifetime.
+const (
+	// MaxCanaryRecipients bounds Canary.Recipients: the event waits for
+	// the canary's batches to finish before it goes on.
+	MaxCanaryRecipients = 1_000_000
+	// DefaultCanaryMaxFailureRatio is the ratio of a canary that names
+	// none: more than one recipient in ten failed pauses the event.
+	DefaultCanaryMaxFailureRatio = 0.1
+	// MaxTTL bounds TypeOptions.TTL, and how far an event's expires_at may
+	// be after the time it is due.
+	MaxTTL = 30 * 24 * time.Hour
+)
+
+// Validate reports what is wrong with c, naming the field as the envelope
+// does.
+func (c Canary) Validate() error {
+	switch {
+	case c.Recipients < 0 || c.Recipients > MaxCanaryRecipients:
+		return fmt.Errorf("recipients: %d outside 0..%d", c.Recipients, MaxCanaryRecipients)
+	case !(c.MaxFailureRatio >= 0 && c.MaxFailureRatio < 1): // NaN too
+		return fmt.Errorf("max_failure_ratio: %v outside 0 (the default, %v) up to 1 (not included)", c.MaxFailureRatio, DefaultCanaryMaxFailureRatio)
+	}
+	return nil
+}
+
+// CanaryOf is the canary of event ev of a type with options o: the
+// event's own when it has one, else the type's; the ratio's default
+// resolved.
+func CanaryOf(ev Event, o TypeOptions) Canary {
+	c := Canary{Recipients: o.CanaryRecipients, MaxFailureRatio: o.CanaryMaxFailureRatio}
+	if ev.Canary != nil {
+		c = *ev.Canary
+	}
+	if c.MaxFailureRatio <= 0 {
+		c.MaxFailureRatio = DefaultCanaryMaxFailureRatio
+	}
+	return c
 }
 
 // Recipient is one destination of an event's message.
@@ -237,6 +302,17 @@ type TypeOptions struct {
 	// batches dispatched of an event of weight 1 while both wait. 0:
 	// DefaultFairnessWeight; at most MaxFairnessWeight.
 	FairnessWeight float64 `json:"fairness_weight,omitempty"`
+	// CanaryRecipients gives every event of this type a canary of this
+	// many recipients (see Canary; an event's own canary replaces it). 0:
+	// none; at most MaxCanaryRecipients.
+	CanaryRecipients int `json:"canary_recipients,omitempty"`
+	// CanaryMaxFailureRatio is the failure ratio above which the canary
+	// pauses the event, 0 up to 1. 0: DefaultCanaryMaxFailureRatio.
+	CanaryMaxFailureRatio float64 `json:"canary_max_failure_ratio,omitempty"`
+	// TTL expires the events of this type that carry no expires_at this
+	// long after they are due (their deliver_at, or their start). 0: they
+	// do not expire; at most MaxTTL.
+	TTL time.Duration `json:"ttl,omitempty"`
 }
 
 // Bounds of TypeOptions.FairnessWeight.
@@ -395,6 +471,12 @@ func (o TypeOptions) Validate() error {
 		return fmt.Errorf("BreakerCooldown: %v is negative", o.BreakerCooldown)
 	case !(o.FairnessWeight >= 0 && o.FairnessWeight <= MaxFairnessWeight): // NaN too
 		return fmt.Errorf("FairnessWeight: %v outside 0..%v", o.FairnessWeight, MaxFairnessWeight)
+	case o.CanaryRecipients < 0 || o.CanaryRecipients > MaxCanaryRecipients:
+		return fmt.Errorf("CanaryRecipients: %d outside 0..%d", o.CanaryRecipients, MaxCanaryRecipients)
+	case !(o.CanaryMaxFailureRatio >= 0 && o.CanaryMaxFailureRatio < 1): // NaN too
+		return fmt.Errorf("CanaryMaxFailureRatio: %v outside 0 up to 1 (not included)", o.CanaryMaxFailureRatio)
+	case o.TTL < 0 || o.TTL > MaxTTL:
+		return fmt.Errorf("TTL: %v outside 0..%v", o.TTL, MaxTTL)
 	case o.LocalDeliveryMax > MaxBatchSize:
 		return fmt.Errorf("LocalDeliveryMax: %d is over %d", o.LocalDeliveryMax, MaxBatchSize)
 	case o.LargeBatchSize > MaxLargeBatchSize:

@@ -64,6 +64,12 @@ func TestRegistryRegisterRejects(t *testing.T) {
 		{"FairnessWeight over MaxFairnessWeight", "t", h, TypeOptions{FairnessWeight: MaxFairnessWeight + 1}, []string{"FairnessWeight", "1001"}},
 		{"FairnessWeight NaN", "t", h, TypeOptions{FairnessWeight: math.NaN()}, []string{"FairnessWeight", "NaN"}},
 		{"MaxRecipients negative", "t", h, TypeOptions{MaxRecipients: -1}, []string{"MaxRecipients"}},
+		{"CanaryRecipients negative", "t", h, TypeOptions{CanaryRecipients: -1}, []string{"CanaryRecipients"}},
+		{"CanaryRecipients over MaxCanaryRecipients", "t", h, TypeOptions{CanaryRecipients: MaxCanaryRecipients + 1}, []string{"CanaryRecipients", "1000001"}},
+		{"CanaryMaxFailureRatio of 1", "t", h, TypeOptions{CanaryRecipients: 10, CanaryMaxFailureRatio: 1}, []string{"CanaryMaxFailureRatio"}},
+		{"CanaryMaxFailureRatio NaN", "t", h, TypeOptions{CanaryMaxFailureRatio: math.NaN()}, []string{"CanaryMaxFailureRatio", "NaN"}},
+		{"TTL negative", "t", h, TypeOptions{TTL: -time.Second}, []string{"TTL"}},
+		{"TTL over MaxTTL", "t", h, TypeOptions{TTL: MaxTTL + time.Second}, []string{"TTL", "720h0m1s"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

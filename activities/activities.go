@@ -348,6 +348,11 @@ type DeliverBatchInput struct {
 	// it always was.
 	Rate     float64   `json:",omitzero"`
 	PaceFrom time.Time `json:",omitzero"`
+	// ExpiresAt is the event's expiry (zero: none). An attempt that starts
+	// after it calls no one, and one that ends after it is not retried:
+	// the recipients it leaves undelivered are counted Expired, neither
+	// failed nor dead-lettered. An attempt running when it passes finishes.
+	ExpiresAt time.Time `json:",omitzero"`
 	// semantics is the type's delivery guarantee for this attempt (set by
 	// DeliverBatch from the registry; see semantics.go).
 	semantics fanout.Semantics
@@ -382,6 +387,10 @@ type DeliverBatchResult struct {
 	Failed       int
 	DeadLettered int
 	Unconfirmed  int `json:",omitempty"`
+	// Expired counts the recipients left undelivered because the event
+	// expired (DeliverBatchInput.ExpiresAt): neither failed nor
+	// dead-lettered.
+	Expired int `json:",omitempty"`
 	// Braked counts the deliveries of a low-priority batch the brake held
 	// to its rate while other priorities delivered (brake.go).
 	Braked int `json:",omitempty"`
@@ -514,8 +523,14 @@ func (b *batch) admit() (err error) {
 	return err
 }
 
-// deliver calls them (deliverAll).
+// deliver calls them (deliverAll); an attempt that starts after the
+// event's expiry calls no one and leaves them all (finish counts them
+// expired).
 func (b *batch) deliver() error {
+	if b.in.expired(time.Now()) {
+		b.left = leftOver{n: len(b.todo)}
+		return nil
+	}
 	var err error
 	b.outcomes, b.left, b.res.Destinations, b.res.Braked, err = b.a.deliverAll(b.ctx, b.h, b.in, b.todo, len(b.in.Recipients)-len(b.todo))
 	return err
@@ -551,6 +566,12 @@ func (b *batch) deadLetter() error {
 // was left to the next attempt, else the result.
 func (b *batch) finish() (DeliverBatchResult, error) {
 	a, ctx, in, res := b.a, b.ctx, b.in, b.res
+	if n := len(b.retry) + b.left.n; n > 0 && in.expired(time.Now()) {
+		// No retry after the event's expiry: what is left is expired.
+		res.Expired = n
+		a.dropStaged(ctx, in.Ref)
+		return res, nil
+	}
 	if len(b.retry) > 0 {
 		observeRetried(ctx, in, len(b.retry))
 		return DeliverBatchResult{}, a.retryError(in, b.retry)
@@ -571,6 +592,11 @@ func (b *batch) finish() (DeliverBatchResult, error) {
 		res.Queued, res.Ran = info.StartedTime.Sub(info.ScheduledTime), time.Since(info.StartedTime)
 	}
 	return res, nil
+}
+
+// expired reports whether the event of the batch has expired at now.
+func (in DeliverBatchInput) expired(now time.Time) bool {
+	return !in.ExpiresAt.IsZero() && !now.Before(in.ExpiresAt)
 }
 
 // admit screens the batch and asks the gate for each recipient's verdict

@@ -19,8 +19,11 @@ import (
 // OpenTelemetry meter provider (telemetry.Setup installs it; without it they
 // are no-ops). Their Prometheus names are in the README ("Observability").
 //
-//	fanout.deliveries          counter   recipients by final outcome: delivered, duplicate, failed
+//	fanout.deliveries          counter   recipients by final outcome: delivered, duplicate, failed, expired
 //	                                     (counted when their batch completes, every recipient once)
+//	fanout.expired             counter   recipients not delivered because their event expired, counted by
+//	                                     the event's workflow (ExpiredMetric) when it learns of them: those
+//	                                     of batches it did not start and those its batches left
 //	fanout.delivery.retries    counter   recipients a batch attempt left to its retry after a transient
 //	                                     failure (one recipient may count several times; not an outcome)
 //	fanout.duplicates.skipped  counter   recipients the gate skipped: another batch of the event delivered them
@@ -32,6 +35,15 @@ import (
 // of their own so that a ratio over fanout_deliveries_total is a ratio over
 // final outcomes (failed / (delivered + duplicate + failed)).
 const meterName = "github.com/fanout/fanout/activities"
+
+// ExpiredMetric is the name of the expired counter, which the Fanout
+// workflow records through the Temporal SDK's metrics handler (which
+// records nothing while a history replays), with the attributes event_type
+// and priority: the workflow is the one place that learns of every expired
+// recipient, those of the batches it did not start included. A batch's
+// own expired recipients are also its final outcome "expired" in
+// fanout.deliveries.
+const ExpiredMetric = "fanout.expired"
 
 type instruments struct {
 	deliveries  metric.Int64Counter
@@ -147,7 +159,7 @@ func observeBatch(ctx context.Context, in DeliverBatchInput, res DeliverBatchRes
 	for _, c := range []struct {
 		outcome string
 		n       int
-	}{{"delivered", res.Delivered}, {"duplicate", res.Duplicates}, {"failed", res.Failed}} {
+	}{{"delivered", res.Delivered}, {"duplicate", res.Duplicates}, {"failed", res.Failed}, {"expired", res.Expired}} {
 		if c.n > 0 {
 			m.deliveries.Add(ctx, int64(c.n), attrs(in.Event.Type, in.Priority, "outcome", c.outcome))
 		}

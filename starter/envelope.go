@@ -22,7 +22,9 @@ import (
 //	{"id": "order-42", "type": "webhook", "priority": "high", "tenant": "acme", "payload": {...}, "headers": {...}}
 //
 // with, for a scheduled event, "deliver_at": "2026-12-24T09:00:00Z" (RFC
-// 3339) or "delay": "90s" (a Go duration from the record's timestamp).
+// 3339) or "delay": "90s" (a Go duration from the record's timestamp); an
+// expiry, "expires_at": "2026-12-24T10:00:00Z"; a canary, "canary":
+// {"recipients": 100, "max_failure_ratio": 0.2}.
 type Envelope = fanout.Event
 
 // envelope decodes an Envelope with its schedule as strings, so that a bad
@@ -32,6 +34,7 @@ type envelope struct {
 	fanout.Event
 	DeliverAt string `json:"deliver_at"`
 	Delay     string `json:"delay"`
+	ExpiresAt string `json:"expires_at"`
 }
 
 // Reasons a record is dead-lettered; the DLQ record carries one in its
@@ -59,7 +62,22 @@ const (
 	// ReasonBeyondHorizon: the event is scheduled further ahead than
 	// FANOUT_SCHEDULE_HORIZON.
 	ReasonBeyondHorizon = "beyond_horizon"
+	// ReasonInvalidExpiresAt: expires_at is not an RFC 3339 time, is not
+	// after deliver_at, or is more than fanout.MaxTTL after the event is
+	// due.
+	ReasonInvalidExpiresAt = "invalid_expires_at"
+	// ReasonExpired: expires_at is before the record was published (by
+	// more than ExpirySkew).
+	ReasonExpired = "expired"
+	// ReasonInvalidCanary: the canary's recipients or max_failure_ratio
+	// are out of bounds.
+	ReasonInvalidCanary = "invalid_canary"
 )
+
+// ExpirySkew is how far before the record's timestamp an expires_at is
+// still taken (the producer's clock may be behind): the event then starts
+// and expires at once.
+const ExpirySkew = time.Minute
 
 // InvalidError says why a record is not a valid event.
 type InvalidError struct {
@@ -169,6 +187,14 @@ func (v Validator) Parse(m kafka.Message) (fanout.Event, error) {
 		return fanout.Event{}, err
 	}
 	ev.DeliverAt, ev.Delay = at, ""
+	if ev.ExpiresAt, err = v.expiry(raw.ExpiresAt, at, m.Time); err != nil {
+		return fanout.Event{}, err
+	}
+	if ev.Canary != nil {
+		if err := ev.Canary.Validate(); err != nil {
+			return fanout.Event{}, invalid(ReasonInvalidCanary, "canary %v", err)
+		}
+	}
 	for _, h := range m.Headers {
 		if slices.Contains(traceHeaders, strings.ToLower(h.Key)) && len(h.Value) <= MaxHeaderValueBytes {
 			if ev.Headers == nil {
@@ -220,6 +246,43 @@ func (v Validator) schedule(deliverAt, delay string, published time.Time) (time.
 	}
 	if h := v.horizon(); at.Sub(now) > h {
 		return time.Time{}, invalid(ReasonBeyondHorizon, "deliver_at %s is more than the horizon %v ahead", at.UTC().Format(time.RFC3339), h)
+	}
+	return at.UTC(), nil
+}
+
+// expiry resolves an event's expires_at: an RFC 3339 time after its
+// deliver_at (zero: none), not before the record's timestamp (the
+// bridge's clock when the record has none or one ahead of it) by more
+// than ExpirySkew, and at most fanout.MaxTTL after the event is due (its
+// deliver_at, or then). The timestamp, not the bridge's clock, so that a
+// record read again later resolves the same way.
+func (v Validator) expiry(expiresAt string, deliverAt, published time.Time) (time.Time, error) {
+	if expiresAt == "" {
+		return time.Time{}, nil
+	}
+	at, err := time.Parse(time.RFC3339, expiresAt)
+	if err != nil {
+		return time.Time{}, invalid(ReasonInvalidExpiresAt, "expires_at %q is not an RFC 3339 time such as 2026-12-24T10:00:00Z", clip(expiresAt, maxEchoBytes))
+	}
+	now := time.Now()
+	if v.Now != nil {
+		now = v.Now()
+	}
+	from := published
+	if from.IsZero() || from.After(now) {
+		from = now
+	}
+	due := from
+	if deliverAt.After(due) {
+		due = deliverAt
+	}
+	switch {
+	case !deliverAt.IsZero() && !at.After(deliverAt):
+		return time.Time{}, invalid(ReasonInvalidExpiresAt, "expires_at %s is not after deliver_at %s", at.UTC().Format(time.RFC3339), deliverAt.UTC().Format(time.RFC3339))
+	case at.Before(from.Add(-ExpirySkew)):
+		return time.Time{}, invalid(ReasonExpired, "expires_at %s is before the event was published (%s)", at.UTC().Format(time.RFC3339), from.UTC().Format(time.RFC3339))
+	case at.Sub(due) > fanout.MaxTTL:
+		return time.Time{}, invalid(ReasonInvalidExpiresAt, "expires_at %s is more than %v after the event is due (%s)", at.UTC().Format(time.RFC3339), fanout.MaxTTL, due.UTC().Format(time.RFC3339))
 	}
 	return at.UTC(), nil
 }

@@ -360,3 +360,85 @@ func TestParseScheduleIsStable(t *testing.T) {
 		}
 	}
 }
+
+// TestParseGuard: expires_at resolves to a UTC time after deliver_at, not
+// before the record's timestamp beyond ExpirySkew (stable when the record
+// is read again later) and at most fanout.MaxTTL after the event is due;
+// a canary is kept within its bounds; each mistake has its own reason.
+func TestParseGuard(t *testing.T) {
+	now := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	published := now.Add(-10 * time.Second)
+	v := Validator{Types: []string{"webhook"}, Horizon: 24 * time.Hour, Now: func() time.Time { return now }}
+	ev := func(extra string) string { return `{"id":"a","type":"webhook"` + extra + `}` }
+	cases := []struct {
+		name    string
+		value   string
+		at      time.Time // the record's timestamp
+		expires time.Time
+		canary  *fanout.Canary
+		reason  string
+	}{
+		{"none", ev(``), published, time.Time{}, nil, ""},
+		{"empty expires_at is none", ev(`,"expires_at":""`), published, time.Time{}, nil, ""},
+		{"expires_at in an hour", ev(`,"expires_at":"2026-12-01T05:00:00Z"`), published, now.Add(time.Hour), nil, ""},
+		{"expires_at with an offset", ev(`,"expires_at":"2026-12-01T06:00:00+01:00"`), published, now.Add(time.Hour), nil, ""},
+		{"expires_at within the skew before publishing", ev(`,"expires_at":"2026-12-01T03:59:00Z"`), published, now.Add(-time.Minute), nil, ""},
+		{"expires_at before publishing beyond the skew", ev(`,"expires_at":"2026-12-01T03:58:49Z"`), published, time.Time{}, nil, ReasonExpired},
+		{"expires_at long past", ev(`,"expires_at":"2020-01-01T00:00:00Z"`), published, time.Time{}, nil, ReasonExpired},
+		{"expires_at passed after publishing is kept (the event expires at once)", ev(`,"expires_at":"2026-12-01T03:59:55Z"`), published, now.Add(-5 * time.Second), nil, ""},
+		{"expires_at not a time", ev(`,"expires_at":"tomorrow"`), published, time.Time{}, nil, ReasonInvalidExpiresAt},
+		{"expires_at without a zone", ev(`,"expires_at":"2026-12-01T05:00:00"`), published, time.Time{}, nil, ReasonInvalidExpiresAt},
+		{"expires_at of the wrong type", ev(`,"expires_at":5`), published, time.Time{}, nil, ReasonInvalidJSON},
+		{"expires_at at MaxTTL", ev(`,"expires_at":"` + published.Add(fanout.MaxTTL).Format(time.RFC3339) + `"`), published, published.Add(fanout.MaxTTL), nil, ""},
+		{"expires_at beyond MaxTTL", ev(`,"expires_at":"` + published.Add(fanout.MaxTTL+time.Second).Format(time.RFC3339) + `"`), published, time.Time{}, nil, ReasonInvalidExpiresAt},
+		{"expires_at after deliver_at", ev(`,"deliver_at":"2026-12-01T06:00:00Z","expires_at":"2026-12-01T07:00:00Z"`), published, now.Add(3 * time.Hour), nil, ""},
+		{"expires_at at deliver_at", ev(`,"deliver_at":"2026-12-01T06:00:00Z","expires_at":"2026-12-01T06:00:00Z"`), published, time.Time{}, nil, ReasonInvalidExpiresAt},
+		{"expires_at before a delay", ev(`,"delay":"2h","expires_at":"2026-12-01T05:00:00Z"`), published, time.Time{}, nil, ReasonInvalidExpiresAt},
+		{"MaxTTL counts from deliver_at", ev(`,"deliver_at":"2026-12-01T06:00:00Z","expires_at":"` + now.Add(2*time.Hour+fanout.MaxTTL).Format(time.RFC3339) + `"`), published, now.Add(2*time.Hour + fanout.MaxTTL), nil, ""},
+
+		{"canary", ev(`,"canary":{"recipients":100,"max_failure_ratio":0.2}`), published, time.Time{}, &fanout.Canary{Recipients: 100, MaxFailureRatio: 0.2}, ""},
+		{"canary with the default ratio", ev(`,"canary":{"recipients":100}`), published, time.Time{}, &fanout.Canary{Recipients: 100}, ""},
+		{"canary off for the event", ev(`,"canary":{"recipients":0}`), published, time.Time{}, &fanout.Canary{}, ""},
+		{"canary of negative recipients", ev(`,"canary":{"recipients":-1}`), published, time.Time{}, nil, ReasonInvalidCanary},
+		{"canary over the bound", ev(`,"canary":{"recipients":1000001}`), published, time.Time{}, nil, ReasonInvalidCanary},
+		{"canary ratio of 1", ev(`,"canary":{"recipients":10,"max_failure_ratio":1}`), published, time.Time{}, nil, ReasonInvalidCanary},
+		{"canary ratio negative", ev(`,"canary":{"recipients":10,"max_failure_ratio":-0.1}`), published, time.Time{}, nil, ReasonInvalidCanary},
+		{"canary ratio a string", ev(`,"canary":{"recipients":10,"max_failure_ratio":"0.1"}`), published, time.Time{}, nil, ReasonInvalidJSON},
+		{"canary not an object", ev(`,"canary":100`), published, time.Time{}, nil, ReasonInvalidJSON},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := v.Parse(kafka.Message{Value: []byte(c.value), Time: c.at})
+			if c.reason != "" {
+				var ie *InvalidError
+				if !errors.As(err, &ie) || ie.Reason != c.reason {
+					t.Fatalf("Parse = %+v, %v; want reason %s", got, err, c.reason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if !got.ExpiresAt.Equal(c.expires) || (!got.ExpiresAt.IsZero() && got.ExpiresAt.Location() != time.UTC) {
+				t.Errorf("ExpiresAt %v, want %v in UTC", got.ExpiresAt, c.expires)
+			}
+			if !reflect.DeepEqual(got.Canary, c.canary) {
+				t.Errorf("Canary %+v, want %+v", got.Canary, c.canary)
+			}
+			b, _ := json.Marshal(got)
+			var back fanout.Event
+			if err := json.Unmarshal(b, &back); err != nil || !back.ExpiresAt.Equal(c.expires) || !reflect.DeepEqual(back.Canary, c.canary) {
+				t.Fatalf("round trip %s: %+v, %v", b, back, err)
+			}
+			if c.expires.IsZero() && strings.Contains(string(b), "expires_at") || c.canary == nil && strings.Contains(string(b), "canary") {
+				t.Errorf("an event without them encodes them: %s", b)
+			}
+		})
+	}
+	// Read again a day later, the same record resolves the same way.
+	later := Validator{Types: []string{"webhook"}, Horizon: 24 * time.Hour, Now: func() time.Time { return now.Add(24 * time.Hour) }}
+	got, err := later.Parse(kafka.Message{Value: []byte(ev(`,"expires_at":"2026-12-01T05:00:00Z"`)), Time: published})
+	if err != nil || !got.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Fatalf("read again later: %+v, %v", got, err)
+	}
+}

@@ -110,6 +110,8 @@ func TestLoadMistakes(t *testing.T) {
 		{"a number where a duration is", "types:\n  news:\n    deliver_timeout: 5" + good, 3, "news", "deliver_timeout", "want a string"},
 		{"a default that does not fit", "types:\n  news:\n    deliver_timeout: 20s" + good, 3, "news", "call_timeout", "is over 5s"},
 		{"an option of the wrong kind", "types:\n  news:\n    window: many" + good, 3, "news", "window", "want an integer"},
+		{"a TTL over MaxTTL", "types:\n  news:\n    ttl: 721h" + good, 3, "news", "ttl", "outside 0..720h0m0s"},
+		{"a canary ratio of 1", "types:\n  news:\n    canary_recipients: 100\n    canary_max_failure_ratio: 1" + good, 4, "news", "canary_max_failure_ratio", "outside 0 up to 1"},
 		{"template that does not parse", "types:\n  news:\n    recipients: {inline: {}}\n    message:\n      template:\n        text: '{{ .ID'\n    channel: {webhook: {signing_secret_file: secrets/news-signing}}\n",
 			6, "news", "message.template.text", "the template does not parse"},
 		{"template that defines templates", "types:\n  news:\n    recipients: {inline: {}}\n    message:\n      template:\n        text: '{{define \"x\"}}{{end}}'\n    channel: {webhook: {signing_secret_file: secrets/news-signing}}\n",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -67,6 +68,13 @@ type FanoutState struct {
 	// Window is the adaptive window the run ended with (0: Options.Window;
 	// see adaptWindow).
 	Window int `json:",omitempty"`
+	// ExpiresAt is the event's expiry, resolved on its first run (its
+	// expires_at, or the type's TTL from when it opened); CanarySent counts
+	// the recipients of the batches started while the canary was undecided,
+	// CanaryJudged is true once it was judged (see the guard).
+	ExpiresAt    time.Time `json:",omitzero"`
+	CanarySent   int64     `json:",omitempty"`
+	CanaryJudged bool      `json:",omitempty"`
 }
 
 // Progress is the answer to the progress query and the workflow's result.
@@ -106,6 +114,19 @@ type Progress struct {
 	// Destinations are the busiest throttled or broken destinations, from
 	// the batches' results (activities.MergeDestinationStats).
 	Destinations activities.DestinationStats `json:",omitzero"`
+	// PauseReason is why the event is paused: the operator's reason, or
+	// the canary's verdict ("canary: 52 of 100 failed (52% > 20%)").
+	PauseReason string `json:",omitempty"`
+	// Canary is the canary's verdict once it was judged ("passed: ..." or
+	// "failed: ...").
+	Canary string `json:",omitempty"`
+	// ExpiresAt is the event's expiry (zero: none). Expired counts the
+	// recipients not delivered because it passed: those of the batches not
+	// started after it, and those the batches running then left (neither
+	// failed nor dead-lettered). Paging stops at the expiry: recipients not
+	// yet found are not counted (Cursor is where it stopped).
+	ExpiresAt time.Time `json:",omitzero"`
+	Expired   int64     `json:",omitempty"`
 }
 
 // FanoutResult is the outcome of an event's fan-out.
@@ -137,6 +158,15 @@ type fanoutRun struct {
 	finalSA []temporal.SearchAttributeUpdate
 	// sched is a scheduled event's wait (schedule.go).
 	sched schedule
+
+	// The event's guard (initGuard): canary is the canary still to judge
+	// (Recipients 0: none, or judged), expiresAt the expiry (zero: none),
+	// expired true once paging stopped at the expiry.
+	canary    fanout.Canary
+	expiresAt time.Time
+	expired   bool
+	// armed: the expiry's timer is started (armExpiry).
+	armed bool
 }
 
 // batchPace is the pace of one batch: its share of the rate cap per second
@@ -192,7 +222,7 @@ func (r *fanoutRun) registerHandlers() error {
 		return nil
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.PauseUpdate, func(ctx workflow.Context, reason string) (Progress, error) {
-		r.prog.Paused = true
+		r.prog.Paused, r.prog.PauseReason = true, clipReason(reason)
 		workflow.GetLogger(ctx).Info("paused", "reason", reason)
 		r.setDetails()
 		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(vocab.StatusPaused))
@@ -205,7 +235,7 @@ func (r *fanoutRun) registerHandlers() error {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(r.ctx, vocab.ResumeUpdate, func(ctx workflow.Context) (Progress, error) {
-		r.prog.Paused = false
+		r.prog.Paused, r.prog.PauseReason = false, ""
 		r.wake.SendAsync(true)
 		r.setDetails()
 		return r.prog, workflow.UpsertTypedSearchAttributes(ctx, vocab.StatusKey.ValueSet(r.status()))
@@ -238,6 +268,7 @@ func (r *fanoutRun) registerHandlers() error {
 // the audience and starts its batches.
 func (r *fanoutRun) run() (FanoutResult, error) {
 	if r.st != nil {
+		r.initGuard()
 		return r.fanOut(nil)
 	}
 	if err := r.awaitSchedule(); err != nil {
@@ -290,11 +321,22 @@ func localStepContext(ctx workflow.Context) workflow.Context {
 // the event's one batch when the first page is all of it; a bigger
 // audience goes on to fanOut from that page.
 func (r *fanoutRun) open() (FanoutResult, error) {
+	if !r.in.Event.ExpiresAt.IsZero() && r.guardVersion() {
+		r.expiresAt = r.in.Event.ExpiresAt
+		r.armExpiry()
+	}
 	// An event paused while it waited for its time is held here, so
-	// that Open, which may deliver, runs only once it is resumed.
+	// that Open, which may deliver, runs only once it is resumed (or it
+	// expires).
 	r.waitWhilePaused()
 	if r.ctx.Err() != nil {
 		return r.finish(temporal.NewCanceledError())
+	}
+	if r.expiring() {
+		// Expired before it opened (it waited for its time, or was
+		// paused, past it): nothing is paged, nothing delivered.
+		r.prog.ExpiresAt, r.expired = r.expiresAt, true
+		return r.finish(nil)
 	}
 	o, err := r.openEvent()
 	if err != nil {
@@ -306,6 +348,7 @@ func (r *fanoutRun) open() (FanoutResult, error) {
 	if err := r.recordPriority(o.Delivered); err != nil {
 		return FanoutResult{}, err
 	}
+	r.initGuard()
 	if o.Delivered {
 		return r.openedDelivered(o)
 	}
@@ -402,10 +445,15 @@ func (r *fanoutRun) fanOut(first *activities.PageResult) (FanoutResult, error) {
 	ctx := r.ctx
 	actx := stepContext(ctx)
 	r.lastUpsert = workflow.Now(ctx)
+	r.armExpiry()
 	r.setDetails()
 	for !r.prog.PagingDone {
 		r.waitWhilePaused()
 		if ctx.Err() != nil {
+			break
+		}
+		if first == nil && r.expiring() {
+			r.expired = true // paging stops: the rest of the audience is not asked for
 			break
 		}
 		var page activities.PageResult
@@ -419,8 +467,8 @@ func (r *fanoutRun) fanOut(first *activities.PageResult) (FanoutResult, error) {
 			return r.finish(err)
 		}
 		r.startPage(page, batchSize)
-		if ctx.Err() != nil {
-			break // canceled mid-page: the cursor stays at this page
+		if ctx.Err() != nil || r.expired {
+			break // canceled or expired mid-page: the cursor stays at this page
 		}
 		r.st.Cursor = page.NextCursor
 		r.prog.Cursor = page.NextCursor
@@ -456,8 +504,16 @@ func (r *fanoutRun) startPage(page activities.PageResult, batchSize int) {
 	r.prog.Pages++
 	r.prog.Found += int64(page.Len())
 	for i := range page.Batches {
-		pace, ok := r.beforeBatch(page.Batches[i].Count)
+		pace, ok := r.nextBatch(page.Batches[i].Count)
 		if !ok {
+			break
+		}
+		if r.expiring() {
+			n := 0
+			for _, b := range page.Batches[i:] {
+				n += b.Count
+			}
+			r.expire(int64(n))
 			break
 		}
 		ref := page.Batches[i]
@@ -466,8 +522,12 @@ func (r *fanoutRun) startPage(page activities.PageResult, batchSize int) {
 	}
 	for rs := page.Recipients; len(rs) > 0 && len(page.Batches) == 0; {
 		k := min(len(rs), batchSize)
-		pace, ok := r.beforeBatch(k)
+		pace, ok := r.nextBatch(k)
 		if !ok {
+			break
+		}
+		if r.expiring() {
+			r.expire(int64(len(rs)))
 			break
 		}
 		r.startBatch(r.st.NextBatch, rs[:k], nil, pace)
@@ -533,7 +593,7 @@ func (r *fanoutRun) audienceBound() error {
 func (r *fanoutRun) beforeBatch(k int) (batchPace, bool) {
 	r.drain(r.window() - 1)
 	r.waitWhilePaused()
-	for r.prog.Rate > 0 && r.ctx.Err() == nil {
+	for r.prog.Rate > 0 && r.ctx.Err() == nil && !r.expiring() {
 		share := r.prog.Rate / float64(rateLanes(r.prog.Rate, r.st.Options))
 		if r.uncapped == 0 && r.committed+share <= r.prog.Rate*(1+1e-9) {
 			return r.takeLane(share), true
@@ -634,6 +694,9 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	} else {
 		r.uncapped++
 	}
+	if r.canary.Recipients > 0 {
+		r.st.CanarySent += size
+	}
 	r.sel.AddFuture(fut, func(f workflow.Future) {
 		if pace.share > 0 {
 			r.releaseLane(pace, size)
@@ -696,7 +759,9 @@ func (r *fanoutRun) countDeadLettered(f workflow.Future) {
 // batchInput is the DeliverBatchInput of batch n: recips inline, or the
 // staged batch ref.
 func (r *fanoutRun) batchInput(n int, recips []fanout.Recipient, ref *activities.BatchRef) activities.DeliverBatchInput {
-	return activities.NewBatchInput(r.in.Event, r.st.Priority, n, r.st.Message, r.st.Options, recips, ref)
+	in := activities.NewBatchInput(r.in.Event, r.st.Priority, n, r.st.Message, r.st.Options, recips, ref)
+	in.ExpiresAt = r.expiresAt
+	return in
 }
 
 // account adds a batch's outcome to the progress.
@@ -718,6 +783,7 @@ func (r *fanoutRun) account(res activities.DeliverBatchResult, err error, size i
 		r.prog.DeadLettered += int64(res.DeadLettered)
 		r.prog.Unconfirmed += int64(res.Unconfirmed)
 		r.prog.Braked += int64(res.Braked)
+		r.addExpired(int64(res.Expired))
 		r.prog.Destinations = activities.MergeDestinationStats(r.prog.Destinations, res.Destinations)
 	}
 }
@@ -777,7 +843,8 @@ func (r *fanoutRun) waitWhilePaused() {
 	if r.prog.Paused {
 		r.setDetails()
 	}
-	for r.prog.Paused && r.ctx.Err() == nil {
+	// An expiry that passes ends the wait: nothing can be delivered then.
+	for r.prog.Paused && r.ctx.Err() == nil && !r.expiring() {
 		r.sel.Select(r.ctx)
 	}
 }
@@ -792,13 +859,20 @@ func (r *fanoutRun) setDetails() {
 	p := r.prog
 	state := "running"
 	switch {
+	case r.expired && p.PendingBatches == 0:
+		state = "**expired**"
 	case p.PagingDone && p.PendingBatches == 0:
 		state = "done"
+	case p.Paused && p.PauseReason != "":
+		state = "**paused** (" + p.PauseReason + ")"
 	case p.Paused:
 		state = "**paused**"
+	case r.expired:
+		state = "expired, batches finishing"
 	case p.PagingDone:
 		state = "paging done"
 	}
+	state += r.guardDetails()
 	rate := ""
 	if p.Rate > 0 {
 		rate = fmt.Sprintf(" · rate cap %.0f/s", p.Rate)
@@ -828,9 +902,15 @@ func (r *fanoutRun) maybeUpsertCounts() {
 }
 
 func (r *fanoutRun) countUpdates() []temporal.SearchAttributeUpdate {
-	return []temporal.SearchAttributeUpdate{
+	u := []temporal.SearchAttributeUpdate{
 		vocab.FoundKey.ValueSet(r.prog.Found), vocab.DeliveredKey.ValueSet(r.prog.Delivered), vocab.FailedKey.ValueSet(r.prog.Failed),
 	}
+	if r.expired || r.prog.Expired > 0 {
+		// Only on events that expired: the attribute is newer than the
+		// others, and the others' histories do not set it.
+		u = append(u, vocab.ExpiredKey.ValueSet(float64(r.prog.Expired)))
+	}
+	return u
 }
 
 // localThenRemote runs an activity as a local activity (no extra workflow
@@ -874,6 +954,10 @@ func (r *fanoutRun) openedDelivered(o activities.OpenResult) (FanoutResult, erro
 func (r *fanoutRun) deliverRemote(o activities.OpenResult) (FanoutResult, error) {
 	ctx, st, recips := r.ctx, r.st, o.Page.Recipients
 	r.prog.Pages, r.prog.Found, r.prog.PagingDone = 1, int64(len(recips)), true
+	if r.expiring() {
+		r.expire(int64(len(recips)))
+		return r.finish(nil)
+	}
 	r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
 	r.setDetails()
 	in := r.batchInput(0, recips, nil)
@@ -904,6 +988,10 @@ func (r *fanoutRun) deliverInline(recips []fanout.Recipient) (FanoutResult, erro
 	r.prog.Pages++
 	r.prog.Found += int64(len(recips))
 	r.prog.PagingDone = true
+	if len(recips) > 0 && r.expiring() {
+		r.expire(int64(len(recips)))
+		return r.finish(nil)
+	}
 	if len(recips) > 0 {
 		r.prog.BatchesStarted, r.prog.PendingBatches, r.pending = 1, 1, 1
 		r.setDetails()
@@ -975,6 +1063,8 @@ func (r *fanoutRun) finish(err error) (FanoutResult, error) {
 		status = vocab.StatusCanceled
 	case err != nil:
 		status = vocab.StatusFailed
+	case r.expired || prog.Expired > 0:
+		status = vocab.StatusExpired
 	}
 	r.setDetails()
 	uctx, _ := workflow.NewDisconnectedContext(ctx)
@@ -986,4 +1076,176 @@ func (r *fanoutRun) finish(err error) (FanoutResult, error) {
 		_ = workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	}
 	return FanoutResult{Progress: prog}, err
+}
+
+// The guard of an event: its canary and its expiry (both off unless the
+// event or its type sets them).
+//
+// The canary is the first batches of the event, together at least
+// Canary.Recipients: once they are started, the next batch waits until
+// they have all finished, and the event goes on only if the recipients
+// they failed are at most MaxFailureRatio of those they settled (delivered
+// or failed; duplicates, delivered earlier, and canceled ones count for
+// neither). Failed is the batches' final outcome: given up at once on a
+// permanent answer, after MaxAttempts on a transient one (a batch that
+// ended in error counts all its recipients), so a canary judges what the
+// event would leave behind, not a destination's first hiccup. Otherwise
+// the event pauses itself (FanoutStatus paused, the reason on its details
+// line and in Progress.PauseReason) until an operator's resume. An
+// audience delivered in one batch has no canary: it would be all of it.
+//
+// The expiry: a batch that would start after it is not started, its
+// recipients counted Expired, and paging stops; batches running then
+// finish their current attempt and are not retried after it (DeliverBatch
+// counts what they left Expired). The event ends with status expired and
+// FanoutExpired set.
+
+// guardChange is the workflow.GetVersion change of the guard: events that
+// have one record its marker, and recorded histories (which have none)
+// replay without it.
+const guardChange = "guard"
+
+// guardVersion reports whether this run may take the guard's decisions.
+func (r *fanoutRun) guardVersion() bool {
+	return workflow.GetVersion(r.ctx, guardChange, workflow.DefaultVersion, 1) >= 1
+}
+
+// initGuard resolves the event's canary and expiry, once the type's
+// options are known: on the first run its expires_at or, without one, the
+// type's TTL from now (after a scheduled event's wait); later runs carry
+// it in the state.
+func (r *fanoutRun) initGuard() {
+	st, ev := r.st, r.in.Event
+	if r.in.State == nil {
+		st.ExpiresAt = ev.ExpiresAt
+		if st.ExpiresAt.IsZero() && st.Options.TTL > 0 {
+			st.ExpiresAt = workflow.Now(r.ctx).Add(st.Options.TTL)
+		}
+	}
+	c := fanout.CanaryOf(ev, st.Options)
+	if st.CanaryJudged {
+		c = fanout.Canary{}
+	}
+	if c.Recipients == 0 && st.ExpiresAt.IsZero() {
+		return
+	}
+	if !r.guardVersion() {
+		st.ExpiresAt = time.Time{}
+		return
+	}
+	r.canary, r.expiresAt = c, st.ExpiresAt
+	r.prog.ExpiresAt = st.ExpiresAt
+}
+
+// armExpiry starts a timer at the expiry, which wakes the run's waits
+// (for a resume, the window, the rate cap) when it passes.
+func (r *fanoutRun) armExpiry() {
+	if r.expiresAt.IsZero() || r.armed {
+		return
+	}
+	r.armed = true
+	if d := r.expiresAt.Sub(workflow.Now(r.ctx)); d > 0 {
+		r.sel.AddFuture(workflow.NewTimer(r.ctx, d), func(workflow.Future) {})
+	}
+}
+
+// expiring reports whether the event has expired.
+func (r *fanoutRun) expiring() bool {
+	return !r.expiresAt.IsZero() && !workflow.Now(r.ctx).Before(r.expiresAt)
+}
+
+// expire stops the event at its expiry with n recipients not started.
+func (r *fanoutRun) expire(n int64) {
+	r.expired = true
+	r.addExpired(n)
+	workflow.GetLogger(r.ctx).Info("expired", "expires_at", r.expiresAt, "not_started", n)
+}
+
+// addExpired counts n expired recipients in the progress and the
+// fanout.expired metric (not recorded while a history replays).
+func (r *fanoutRun) addExpired(n int64) {
+	if n <= 0 {
+		return
+	}
+	r.prog.Expired += n
+	workflow.GetMetricsHandler(r.ctx).WithTags(map[string]string{
+		"event_type": r.in.Event.Type, "priority": string(r.st.Priority),
+	}).Counter(activities.ExpiredMetric).Inc(n)
+}
+
+// nextBatch waits until the next batch, of k recipients, may start (the
+// canary's verdict, the window, a resume, the rate cap) and returns its
+// pace; false means the run was canceled. At the expiry it returns at
+// once: the caller expires the batch.
+func (r *fanoutRun) nextBatch(k int) (batchPace, bool) {
+	if r.expiring() {
+		return batchPace{}, true
+	}
+	r.judgeCanaryWhenDue()
+	return r.beforeBatch(k)
+}
+
+// judgeCanaryWhenDue judges the canary once its batches are started: it
+// waits for them to finish, then lets the event go on or pauses it.
+func (r *fanoutRun) judgeCanaryWhenDue() {
+	c := r.canary
+	if c.Recipients == 0 || r.st.CanarySent < int64(c.Recipients) {
+		return
+	}
+	r.drain(0)
+	if r.ctx.Err() != nil {
+		return
+	}
+	r.canary, r.st.CanaryJudged = fanout.Canary{}, true
+	// Every batch started so far is the canary's.
+	p := r.prog
+	settled := p.Delivered + p.Failed
+	ratio := 0.0
+	if settled > 0 {
+		ratio = float64(p.Failed) / float64(settled)
+	}
+	verdict := fmt.Sprintf("%d of %d failed (%.3g%% %s %.3g%%)", p.Failed, settled, ratio*100, map[bool]string{true: "≤", false: ">"}[ratio <= c.MaxFailureRatio], c.MaxFailureRatio*100)
+	if ratio <= c.MaxFailureRatio {
+		r.prog.Canary = "passed: " + verdict
+		workflow.GetLogger(r.ctx).Info("canary passed", "verdict", verdict)
+		r.setDetails()
+		return
+	}
+	r.prog.Canary = "failed: " + verdict
+	r.prog.Paused, r.prog.PauseReason = true, "canary: "+verdict
+	workflow.GetLogger(r.ctx).Warn("canary failed: the event pauses until it is resumed", "verdict", verdict)
+	r.setDetails()
+	if err := workflow.UpsertTypedSearchAttributes(r.ctx, vocab.StatusKey.ValueSet(vocab.StatusPaused)); err != nil {
+		workflow.GetLogger(r.ctx).Error("upsert of the paused status failed", "error", err)
+	}
+}
+
+// guardDetails is the guard's part of the details line.
+func (r *fanoutRun) guardDetails() string {
+	p, out := r.prog, ""
+	if p.Canary != "" {
+		out += " · canary " + p.Canary
+	}
+	if p.Expired > 0 || r.expired {
+		out += fmt.Sprintf(" · **%d expired** (expires_at %s; paging stopped)", p.Expired, p.ExpiresAt.UTC().Format(time.RFC3339))
+	} else if !p.ExpiresAt.IsZero() {
+		out += " · expires " + p.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return out
+}
+
+// maxReasonBytes bounds an operator's pause reason kept in the progress
+// and shown on the details line.
+const maxReasonBytes = 200
+
+// clipReason cuts a pause reason to maxReasonBytes (at a rune boundary).
+func clipReason(s string) string {
+	if len(s) <= maxReasonBytes {
+		return s
+	}
+	i := maxReasonBytes
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

@@ -76,6 +76,9 @@ const (
 	unconfirmed
 	// braked: delivered, held to the low-priority brake's rate first.
 	braked
+	// expiredOut: left undelivered by a batch that ran past the event's
+	// expiry (DeliverBatchResult.Expired).
+	expiredOut
 )
 
 var testMessage = fanout.Message{ContentType: "text/plain", Body: []byte("hello")}
@@ -110,10 +113,12 @@ type recorder struct {
 	// openAtStarts: the children open as each one started (itself included).
 	openAtStarts []int
 
-	status, priority, eventType string    // last upserted search attributes
-	statuses                    []string  // every status upserted, in order
-	scheduledFor                time.Time // last upserted FanoutScheduledFor
-	prepareAt                   time.Time // when Prepare was first called (mock clock)
+	status, priority, eventType string      // last upserted search attributes
+	statuses                    []string    // every status upserted, in order
+	scheduledFor                time.Time   // last upserted FanoutScheduledFor
+	expired                     *float64    // last upserted FanoutExpired (nil: never)
+	expiresAts                  []time.Time // DeliverBatchInput.ExpiresAt of each DeliverBatch call
+	prepareAt                   time.Time   // when Prepare was first called (mock clock)
 }
 
 // pacedCall is the pace one DeliverBatch call was given and when it ended
@@ -234,6 +239,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			rec.heartbeats = append(rec.heartbeats, info.HeartbeatTimeout)
 		}
 		rec.paced = append(rec.paced, pacedCall{rate: in.Rate, from: in.PaceFrom, end: env.Now(), attempts: in.AttemptID})
+		rec.expiresAts = append(rec.expiresAts, in.ExpiresAt)
 		if in.Ref != nil {
 			// A staged batch: the workflow passed only the ref.
 			if len(in.Recipients) != 0 || !fx.Staged || len(rec.staged[in.Ref.Key]) != in.Ref.Count ||
@@ -287,6 +293,8 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			case braked:
 				res.Delivered++
 				res.Braked++
+			case expiredOut:
+				res.Expired++
 			}
 		}
 		return res, nil
@@ -350,6 +358,9 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		}
 		if v, ok := sa.GetTime(vocab.ScheduledForKey); ok {
 			rec.scheduledFor = v
+		}
+		if v, ok := sa.GetFloat64(vocab.ExpiredKey); ok {
+			rec.expired = &v
 		}
 		if v, ok := sa.GetKeyword(vocab.PriorityKey); ok {
 			rec.priority = v

@@ -28,6 +28,10 @@ const (
 	// SearchAttrScheduledFor is the time a scheduled event is to be
 	// delivered (Datetime; set only on scheduled events).
 	SearchAttrScheduledFor = "FanoutScheduledFor"
+	// SearchAttrExpired counts the recipients of an expired event that
+	// were not delivered (set only on events that expired). Double: SQL
+	// visibility's three custom Int slots are the counts above.
+	SearchAttrExpired = "FanoutExpired"
 )
 
 // Typed keys of the search attributes.
@@ -39,6 +43,7 @@ var (
 	DeliveredKey    = temporal.NewSearchAttributeKeyInt64(SearchAttrDelivered)
 	FailedKey       = temporal.NewSearchAttributeKeyInt64(SearchAttrFailed)
 	ScheduledForKey = temporal.NewSearchAttributeKeyTime(SearchAttrScheduledFor)
+	ExpiredKey      = temporal.NewSearchAttributeKeyFloat64(SearchAttrExpired)
 )
 
 // Attribute is a search attribute and its type.
@@ -55,6 +60,7 @@ func SearchAttributes() []Attribute {
 		{SearchAttrEventType, kw}, {SearchAttrPriority, kw}, {SearchAttrStatus, kw},
 		{SearchAttrFound, n}, {SearchAttrDelivered, n}, {SearchAttrFailed, n},
 		{SearchAttrScheduledFor, enumspb.INDEXED_VALUE_TYPE_DATETIME},
+		{SearchAttrExpired, enumspb.INDEXED_VALUE_TYPE_DOUBLE},
 	}
 }
 

@@ -123,4 +123,7 @@ const (
 	StatusCompletedWithFailures = "completed_with_failures"
 	StatusFailed                = "failed"
 	StatusCanceled              = "canceled"
+	// StatusExpired: the event's expires_at passed before every recipient
+	// was delivered; FanoutExpired counts the ones left.
+	StatusExpired = "expired"
 )

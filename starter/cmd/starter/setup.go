@@ -40,7 +40,7 @@ at-most-once marks and the event record live there. With -topics it creates the 
 that do not exist (the events topic and both DLQs, with the partitions and retentions of the
 flags); topics that exist are left as they are and reported. It registers fanout's search
 attributes (FanoutEventType, FanoutPriority, FanoutStatus, FanoutFound, FanoutDelivered,
-FanoutFailed, FanoutScheduledFor) on the namespace through the operator service: attributes
+FanoutFailed, FanoutScheduledFor, FanoutExpired) on the namespace through the operator service: attributes
 already registered with the right type are kept; one registered with another type is an error.
 Last it checks the server: its version (` + starter.MinTemporalServer + ` or later), Workflow Update and eager
 workflow start (the namespace's capabilities), user metadata and task-queue backlog stats (a
