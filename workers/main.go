@@ -153,10 +153,10 @@ func (m *mainSetup) help() cli.Help {
 	}
 	worker := append(config.EnvVars(cfgs...), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(DefaultGCPercent)},
 		config.EnvVar{Name: "GOMEMLIMIT", Kind: "string"})
-	served := `the built-in
+	served := ` the built-in
 "webhook" event type (recipients from FANOUT_RECIPIENTS_URL, delivery by HTTP POST)`
 	if !m.webhook {
-		served = "the event types registered in Go"
+		served = "\nthe event types registered in Go"
 		if ts := m.reg.Types(); len(ts) > 0 {
 			served += " (" + strings.Join(ts, ", ") + ")"
 		}
@@ -164,7 +164,7 @@ func (m *mainSetup) help() cli.Help {
 	return cli.Help{
 		Name: m.name, Args: "[-version] | check-types FILE",
 		Summary: m.name + ` runs fanout's Temporal workers: it serves the task queues named in FANOUT_QUEUES
-(events: the Fanout workflows; high, normal, low: the delivery batches) with ` + served + `.
+(events: the Fanout workflows; high, normal, low: the delivery batches) with` + served + `.
 With FANOUT_BRIDGE=true it also runs the Kafka bridge, starting events eagerly on its
 own events worker. It takes its configuration from the environment only and runs until
 SIGINT or SIGTERM. FANOUT_TYPES_FILE adds the event types of a types file beside
