@@ -147,11 +147,7 @@ func (m *mainSetup) outboundOf(s *settings) webhook.Outbound {
 
 // help is `-h`: its variables come from the configuration structs.
 func (m *mainSetup) help() cli.Help {
-	var cfgs []any
-	for _, c := range m.configs(&settings{}) {
-		cfgs = append(cfgs, c)
-	}
-	worker := append(config.EnvVars(cfgs...), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(DefaultGCPercent)},
+	worker := append(config.EnvVars(m.configs(&settings{})...), config.EnvVar{Name: "GOGC", Kind: "int", Default: strconv.Itoa(DefaultGCPercent)},
 		config.EnvVar{Name: "GOMEMLIMIT", Kind: "string"})
 	served := ` the built-in
 "webhook" event type (recipients from FANOUT_RECIPIENTS_URL, delivery by HTTP POST)`
