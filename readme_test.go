@@ -63,8 +63,24 @@ func TestREADMEGoExample(t *testing.T) {
 	if formatted, err := format.Source([]byte(src)); err == nil && string(formatted) != src {
 		t.Errorf("the README's Go example (README.md line %d) is not gofmt-formatted", line)
 	}
-	if err := buildProgram(t, fmt.Sprintf("//line README.md:%d\n%s", line, src)); err != nil {
+	bin, err := buildProgram(t, fmt.Sprintf("//line README.md:%d\n%s", line, src))
+	if err != nil {
 		t.Fatalf("the README's Go example (README.md line %d) does not compile: %v", line, err)
+	}
+	// It is a main of its own on the stock wiring: workers.Main's -h names
+	// its Go type and the variables it reads, the types file's among them,
+	// and starts nothing (the type's own Redis is never dialled).
+	if !strings.Contains(src, "\tworkers.Main(reg") {
+		t.Errorf("the README's Go example (README.md line %d) does not run its registry with workers.Main", line)
+	}
+	out, err := exec.Command(bin, "-h").Output()
+	if err != nil {
+		t.Fatalf("the README's program -h: %v", err)
+	}
+	for _, want := range []string{"order-shipped", "FANOUT_TYPES_FILE", "FANOUT_QUEUES", "FANOUT_BRIDGE", "TEMPORAL_ADDRESS", "-version"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the README's program -h does not mention %s:\n%s", want, out)
+		}
 	}
 }
 
@@ -79,13 +95,14 @@ func TestREADMEGoExampleCheckFires(t *testing.T) {
 	if broken == src {
 		t.Fatal("the README's program has no func main")
 	}
-	if err := buildProgram(t, broken); err == nil || !strings.Contains(err.Error(), "undefinedInTheREADME") {
+	if _, err := buildProgram(t, broken); err == nil || !strings.Contains(err.Error(), "undefinedInTheREADME") {
 		t.Fatalf("a broken program built: %v", err)
 	}
 }
 
-// buildProgram compiles src as package exampleDir of this module.
-func buildProgram(t *testing.T, src string) error {
+// buildProgram compiles src as package exampleDir of this module and
+// returns the binary.
+func buildProgram(t *testing.T, src string) (string, error) {
 	t.Helper()
 	if _, err := os.Stat(exampleDir); err == nil {
 		t.Fatalf("%s exists in the tree; the overlay would mix with it", exampleDir)
@@ -107,9 +124,10 @@ func buildProgram(t *testing.T, src string) error {
 	if err := os.WriteFile(ovFile, overlay, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("go", "build", "-overlay", ovFile, "-o", filepath.Join(tmp, "example"), "./"+exampleDir).CombinedOutput()
+	bin := filepath.Join(tmp, "example")
+	out, err := exec.Command("go", "build", "-overlay", ovFile, "-o", bin, "./"+exampleDir).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%v\n%s", err, out)
+		return "", fmt.Errorf("%v\n%s", err, out)
 	}
-	return nil
+	return bin, nil
 }

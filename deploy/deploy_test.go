@@ -22,6 +22,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -797,6 +798,11 @@ type dockerImage struct {
 	builderArgs map[string]bool   // ARGs declared in the stage that runs go build
 	finalArgs   map[string]bool   // ARGs declared in the final stage
 	labels      map[string]string // LABELs of the final stage
+	// pkgArgs are the build args a go build takes its package from
+	// ("${MAIN}"): arg -> its default (in packages) and the binary built.
+	pkgArgs   map[string]string
+	argBinary map[string]string
+	cmd       []string // the final stage's exec-form CMD
 }
 
 // dockerInstructions joins continuation lines and drops comments.
@@ -870,9 +876,19 @@ func parseDockerfile(t *testing.T) dockerImage {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := dockerImage{built: map[string]string{}, binaries: map[string]string{}, labels: map[string]string{}}
+	return parseDockerfileText(t, b)
+}
+
+// argRef is a word that is only a build arg's value: $NAME or ${NAME}.
+var argRef = regexp.MustCompile(`^\$(?:\{(\w+)\}|(\w+))$`)
+
+func parseDockerfileText(t *testing.T, b []byte) dockerImage {
+	t.Helper()
+	img := dockerImage{built: map[string]string{}, binaries: map[string]string{}, labels: map[string]string{},
+		pkgArgs: map[string]string{}, argBinary: map[string]string{}}
 	stage, stageFrom := "", ""
 	stageArgs := map[string]bool{}
+	argDefaults := map[string]string{}
 	stageEnvCGO := map[string]bool{}
 	builderStage := ""
 	for _, ins := range dockerInstructions(b) {
@@ -894,12 +910,16 @@ func parseDockerfile(t *testing.T) dockerImage {
 				stage = words[2]
 			}
 			img.finalFrom, img.finalUser = stageFrom, ""
-			stageArgs = map[string]bool{}
-			img.finalArgs, img.labels = stageArgs, map[string]string{}
+			stageArgs, argDefaults = map[string]bool{}, map[string]string{}
+			img.finalArgs, img.labels, img.cmd = stageArgs, map[string]string{}, nil
 		case "ARG":
 			for _, w := range shellWords(rest) {
-				name, _, _ := strings.Cut(w, "=")
-				stageArgs[name] = true
+				name, def, _ := strings.Cut(w, "=")
+				stageArgs[name], argDefaults[name] = true, def
+			}
+		case "CMD":
+			if err := json.Unmarshal([]byte(rest), &img.cmd); err != nil {
+				t.Fatalf("%s: CMD %s: want the exec form: %v", dockerfile, rest, err)
 			}
 		case "LABEL":
 			for _, w := range shellWords(rest) {
@@ -925,6 +945,7 @@ func parseDockerfile(t *testing.T) dockerImage {
 				img.cgoDisabled = stageEnvCGO[stage] || regexp.MustCompile(`\bCGO_ENABLED=0\b`).MatchString(rest)
 				outFlag := ""
 				var pkgs []string
+				fromArg := map[string]string{} // package -> the arg it came from
 				for j := i + 2; j < len(words); j++ {
 					w := words[j]
 					if w == "&&" || w == ";" || w == "||" || w == "|" {
@@ -950,11 +971,28 @@ func parseDockerfile(t *testing.T) dockerImage {
 						}
 						continue
 					}
+					if m := argRef.FindStringSubmatch(w); m != nil {
+						arg := m[1] + m[2]
+						if !stageArgs[arg] {
+							t.Fatalf("%s: go build %s: no ARG %s declared before it", dockerfile, w, arg)
+						}
+						w = argDefaults[arg]
+						img.pkgArgs[arg], fromArg[w] = w, arg
+					}
 					pkgs = append(pkgs, w)
 				}
 				img.packages = append(img.packages, pkgs...)
 				for _, p := range pkgs {
 					name := path.Base(p)
+					if arg, ok := fromArg[p]; ok {
+						// Built under the -o name (a directory keeps the
+						// package's, which varies with the arg).
+						name = path.Base(outFlag)
+						if outFlag == "" || strings.HasSuffix(outFlag, "/") || len(pkgs) > 1 {
+							name = "${" + arg + "}"
+						}
+						img.argBinary[arg] = name
+					}
 					switch {
 					case outFlag == "":
 						img.built[name] = "/" + name // relative to WORKDIR; only the name matters
@@ -1218,6 +1256,64 @@ func TestDockerfile(t *testing.T) {
 	user, _, _ := strings.Cut(img.finalUser, ":")
 	if uid, err := strconv.Atoi(user); err != nil || uid == 0 {
 		t.Errorf("%s: final stage (%s) USER %q: want a numeric non-root uid", dockerfile, img.finalFrom, img.finalUser)
+	}
+}
+
+// stockMain is the worker's main package the image builds by default.
+const stockMain = "./workers/cmd/worker"
+
+// buildsAnyMain checks that the image builds its worker from the MAIN build
+// arg (default: the stock worker) and runs what it built: the go build's
+// package is ${MAIN}, its binary is the one the final stage copies to the
+// path of the default command.
+func buildsAnyMain(img dockerImage) []string {
+	def, ok := img.pkgArgs["MAIN"]
+	if !ok {
+		return []string{fmt.Sprintf("no go build of the MAIN build arg's package (want `go build ... -o /out/worker \"${MAIN}\"`, ARG MAIN=%s): --build-arg MAIN=./cmd/mine would be ignored", stockMain)}
+	}
+	var problems []string
+	if def != stockMain {
+		problems = append(problems, fmt.Sprintf("ARG MAIN defaults to %q, want the stock worker %s", def, stockMain))
+	}
+	bin := img.argBinary["MAIN"]
+	installed, ok := img.binaries[bin]
+	switch {
+	case !ok:
+		problems = append(problems, fmt.Sprintf("${MAIN} is built as %q, which the final stage does not COPY from the build (it installs %v)", bin, img.binaries))
+	case len(img.cmd) != 1 || img.cmd[0] != installed:
+		problems = append(problems, fmt.Sprintf("CMD %q: want [%q], the binary built from ${MAIN}", img.cmd, installed))
+	case bin != "worker":
+		problems = append(problems, fmt.Sprintf("${MAIN} is installed as %q: want worker, the name the chart and compose run", bin))
+	}
+	return problems
+}
+
+// TestDockerfileBuildsAnyMain: --build-arg MAIN=./cmd/mine builds that main
+// as the image's worker, its default command; and the check fires on a
+// Dockerfile that ignores the arg, installs its binary elsewhere or runs
+// something else.
+func TestDockerfileBuildsAnyMain(t *testing.T) {
+	for _, p := range buildsAnyMain(parseDockerfile(t)) {
+		t.Errorf("%s: %s", dockerfile, p)
+	}
+	b, err := os.ReadFile(dockerfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct{ old, new, want string }{
+		{`"${MAIN}"`, stockMain, "no go build of the MAIN"},
+		{`-o /out/worker "${MAIN}"`, `-o /out/mine "${MAIN}"`, "does not COPY"},
+		{`CMD ["/usr/local/bin/worker"]`, `CMD ["/usr/local/bin/starter"]`, "CMD"},
+		{`ARG MAIN=./workers/cmd/worker`, `ARG MAIN=./starter/cmd/starter`, "ARG MAIN defaults"},
+	} {
+		text := strings.Replace(string(b), bad.old, bad.new, 1)
+		if text == string(b) {
+			t.Fatalf("%s has no %s to change", dockerfile, bad.old)
+		}
+		problems := buildsAnyMain(parseDockerfileText(t, []byte(text)))
+		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, bad.want) }) {
+			t.Errorf("%s with %s instead of %s: problems %q, want one about %s", dockerfile, bad.new, bad.old, problems, bad.want)
+		}
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package workers runs fanout's Temporal workers: one per task queue the
 // process is told to serve (the events queue, and the delivery queue of each
-// priority), so each pool runs and scales on its own. The stock binary is in
-// cmd/worker; a user's own main registers its handlers in a fanout.Registry
-// and calls Run the same way.
+// priority), so each pool runs and scales on its own. Main is the stock
+// binary's whole main (cmd/worker calls it): a user's own main registers its
+// handlers in a fanout.Registry and calls Main with it, or wires everything
+// itself and calls Run.
 package workers
 
 import (

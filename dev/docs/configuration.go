@@ -8,12 +8,10 @@ package docs
 import (
 	"bytes"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fanout/fanout/internal/codecserver"
@@ -60,13 +58,9 @@ type reader struct {
 
 // readers are the processes and commands and what each reads: the same
 // configuration structs their -h prints (workers/cmd/worker,
-// starter/cmd/starter). root is the repository, for the worker's GOGC
-// default, a constant of its main package.
+// starter/cmd/starter); the worker's GOGC default is workers.DefaultGCPercent.
 func readers(root string) ([]reader, error) {
-	gogc, err := workerGOGC(root)
-	if err != nil {
-		return nil, err
-	}
+	gogc := strconv.Itoa(workers.DefaultGCPercent)
 	cat := func(lists ...[]config.EnvVar) []config.EnvVar { return slices.Concat(lists...) }
 	worker := cat(config.EnvVars(workers.Config{}, webhook.Config{}, types.Settings{}),
 		[]config.EnvVar{{Name: "GOGC", Kind: "int", Default: gogc}, {Name: "GOMEMLIMIT", Kind: "string"}},
@@ -85,33 +79,6 @@ func readers(root string) ([]reader, error) {
 	}, nil
 }
 
-// workerGOGC is the worker binary's GOGC when the environment sets none:
-// the constant defaultGCPercent of workers/cmd/worker.
-func workerGOGC(root string) (string, error) {
-	dir := filepath.Join(root, "workers", "cmd", "worker")
-	fset := token.NewFileSet()
-	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-	if err != nil {
-		return "", err
-	}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			return "", err
-		}
-		if o := af.Scope.Lookup("defaultGCPercent"); o != nil && o.Kind == ast.Con {
-			if vs, ok := o.Decl.(*ast.ValueSpec); ok && len(vs.Values) == 1 {
-				if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.INT {
-					return lit.Value, nil
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("no constant defaultGCPercent in %s", dir)
-}
 
 // Variable is a row of the page.
 type Variable struct {

@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -56,13 +57,36 @@ type Config struct {
 	// WebhookSecretsFile: the same secrets from a file (a mounted Secret),
 	// one per line or comma-separated; not with FANOUT_WEBHOOK_SECRETS.
 	WebhookSecretsFile string `env:"FANOUT_WEBHOOK_SECRETS_FILE"`
+	// The process's outbound policy (FANOUT_OUTBOUND_ALLOW).
+	Outbound
+	// HTTPTimeout bounds a delivery request: the type's CallTimeout.
+	HTTPTimeout time.Duration `env:"FANOUT_HTTP_TIMEOUT"`
+}
+
+// Outbound is where a process's deliveries may go beyond public addresses,
+// as the environment sets it: the stock type's, and that of every type
+// built from a types file (types.Deps.OutboundAllow). A main without the
+// stock type loads it on its own.
+type Outbound struct {
 	// OutboundAllow: address ranges (CIDR or single addresses) deliveries
 	// and payload recipients_urls may reach although they are loopback,
 	// private, link-local or otherwise internal; empty: public addresses
 	// only. RecipientsURL's host needs no entry.
 	OutboundAllow string `env:"FANOUT_OUTBOUND_ALLOW"`
-	// HTTPTimeout bounds a delivery request: the type's CallTimeout.
-	HTTPTimeout time.Duration `env:"FANOUT_HTTP_TIMEOUT"`
+}
+
+// Validate checks the ranges, naming the variable (config.Load calls it).
+func (o *Outbound) Validate() error {
+	if _, err := ParseAllow(o.OutboundAllow); err != nil {
+		return fmt.Errorf("FANOUT_OUTBOUND_ALLOW: %w", err)
+	}
+	return nil
+}
+
+// Allow is the ranges parsed (Validate checked them).
+func (o Outbound) Allow() []netip.Prefix {
+	allow, _ := ParseAllow(o.OutboundAllow)
+	return allow
 }
 
 // SetDefaults sets the type options' defaults, fanout's, so -h and the
@@ -87,8 +111,8 @@ func (c *Config) Validate() error {
 	if c.MaxAttempts < 1 {
 		return fmt.Errorf("FANOUT_MAX_ATTEMPTS: %d is under 1", c.MaxAttempts)
 	}
-	if _, err := ParseAllow(c.OutboundAllow); err != nil {
-		return fmt.Errorf("FANOUT_OUTBOUND_ALLOW: %w", err)
+	if err := c.Outbound.Validate(); err != nil {
+		return err
 	}
 	if c.RecipientsURL != "" {
 		if _, err := endpointAddr(c.RecipientsURL); err != nil {
@@ -135,7 +159,7 @@ func (c *Config) TypeOptions() fanout.TypeOptions {
 // workers.Config.DeliveriesInFlight): the guarded client of deliveries and
 // payload recipients_urls, and the trusted one of RecipientsURL.
 func (c *Config) Handler(inFlight int) *Handler {
-	allow, _ := ParseAllow(c.OutboundAllow) // checked by Validate
+	allow := c.Allow() // checked by Validate
 	h := &Handler{
 		RecipientsURL:      c.RecipientsURL,
 		RecipientsURLAllow: c.RecipientsURLAllow,

@@ -30,7 +30,7 @@ func TestTrustedRecipientsEndpoint(t *testing.T) {
 	endpoint := newServer(t, "127.0.0.1:0", func(w http.ResponseWriter, _ *http.Request) {
 		_ = json.NewEncoder(w).Encode(fanout.Page{Recipients: []fanout.Recipient{{ID: "r1", Address: sink.URL + "/hook"}}})
 	})
-	c := Config{RecipientsURL: endpoint.URL + "/recipients", RecipientsURLAllow: []string{endpoint.URL}, OutboundAllow: "127.0.0.2/32", HTTPTimeout: 5 * time.Second}
+	c := Config{RecipientsURL: endpoint.URL + "/recipients", RecipientsURLAllow: []string{endpoint.URL}, Outbound: Outbound{OutboundAllow: "127.0.0.2/32"}, HTTPTimeout: 5 * time.Second}
 	h := c.Handler(4)
 	if h.TrustedClient == nil || h.TrustedClient == h.Client {
 		t.Fatal("the configured handler has no trusted client of its own")
