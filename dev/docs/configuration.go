@@ -79,7 +79,6 @@ func readers(root string) ([]reader, error) {
 	}, nil
 }
 
-
 // Variable is a row of the page.
 type Variable struct {
 	config.EnvVar
