@@ -94,7 +94,9 @@ func pageFor(ctx context.Context, h fanout.Handler, opts fanout.TypeOptions, ev 
 		for _, r := range p.Recipients {
 			found(r)
 		}
-		activity.RecordHeartbeat(ctx, deliverProgress{})
+		if activity.IsActivity(ctx) {
+			activity.RecordHeartbeat(ctx, deliverProgress{})
+		}
 		if p.NextCursor == "" || p.NextCursor == cursor || len(p.NextCursor) > fanout.MaxCursorLen {
 			return nil
 		}

@@ -158,3 +158,29 @@ func TestSupportSettings(t *testing.T) {
 		}
 	}
 }
+
+// A resend needs a reason and who asks, bounded, and -address for one
+// recipient only.
+func TestResendOptionsCheck(t *testing.T) {
+	ok := ResendOptions{EventType: "t", EventID: "e", Recipients: []string{"r"}, Reason: "ticket", By: "me"}
+	if err := ok.check(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*ResendOptions){
+		"no reason":         func(o *ResendOptions) { o.Reason = " " },
+		"no by":             func(o *ResendOptions) { o.By = "" },
+		"long reason":       func(o *ResendOptions) { o.Reason = strings.Repeat("x", MaxResendReason+1) },
+		"control in reason": func(o *ResendOptions) { o.Reason = "a\nb" },
+		"no recipients":     func(o *ResendOptions) { o.Recipients = nil },
+		"address for two":   func(o *ResendOptions) { o.Recipients, o.Address = []string{"a", "b"}, "http://x/" },
+		"bad name":          func(o *ResendOptions) { o.Name = "a/b" },
+		"recipient twice":   func(o *ResendOptions) { o.Recipients = []string{"a", "a"} },
+		"too many":          func(o *ResendOptions) { o.Recipients = make([]string, MaxResendRecipients+1) },
+	} {
+		o := ok
+		mod(&o)
+		if err := o.check(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
