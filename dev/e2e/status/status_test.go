@@ -71,12 +71,12 @@ type sinkLog struct {
 
 func (l *sinkLog) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wid := r.Header.Get(webhook.HeaderWebhookID)
-		if wid == "" {
+		ev, rc := r.Header.Get(webhook.HeaderEventID), r.Header.Get(webhook.HeaderRecipientID)
+		if ev == "" || rc == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		k := wid[strings.Index(wid, "/")+1:] // <event id>/<recipient>
+		wid, k := r.Header.Get(webhook.HeaderWebhookID), ev+"/"+rc
 		l.mu.Lock()
 		l.calls[k]++
 		l.ids[k] = append(l.ids[k], wid)
@@ -100,6 +100,16 @@ func (l *sinkLog) count(ev, r string) (calls, ok int, ids []string) {
 	k := ev + "/" + r
 	return l.calls[k], l.ok[k], append([]string(nil), l.ids[k]...)
 }
+
+func deref(p *int) string {
+	if p == nil {
+		return "null"
+	}
+	return fmt.Sprint(*p)
+}
+
+// secret signs the stock workers' deliveries, so they carry a webhook-id.
+const secret = "FANOUT_WEBHOOK_SECRETS=whsec_QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE="
 
 // demoEvent is a webhook event of the demo source's n recipients.
 func demoEvent(id string, n int) fanout.Event {
@@ -239,7 +249,12 @@ func TestStatusAgreesWithTheDestination(t *testing.T) {
 	const typ = "st"
 	f := &flaky{calls: map[string]int{}, ok: map[string]int{}, paged: make(chan struct{}), release: make(chan struct{}), third: make(chan string, 4)}
 	reg := fanout.NewRegistry()
-	reg.MustRegister(typ, f, fanout.TypeOptions{PageSize: 10, BatchSize: 10, LocalDeliveryMax: -1, MaxAttempts: 5})
+	// Calls held for minutes do not time out.
+	reg.MustRegister(typ, f, fanout.TypeOptions{PageSize: 10, BatchSize: 10, LocalDeliveryMax: -1, MaxAttempts: 5,
+		CallTimeout: 2 * time.Minute, DeliverTimeout: 5 * time.Minute})
+	if err := st.Build(ctx); err != nil { // before the event: its calls are held meanwhile
+		t.Fatal(err)
+	}
 	stop := st.RunWorkers(workers.Options{Registry: reg})
 	defer stop()
 	id := "status-" + time.Now().UTC().Format("150405.000")
@@ -292,7 +307,7 @@ func TestStatusAgreesWithTheDestination(t *testing.T) {
 			t.Errorf("while running, %s is %s but the destination counted %d successful calls", r, s.State, ok)
 		}
 		if want == starter.StateRetrying && (s.Attempts == nil || *s.Attempts != 2 || s.LastError == nil || s.LastError.HTTPStatus != 503) {
-			t.Errorf("while running, %s: attempts %v, last error %+v; want 2 and HTTP 503", r, s.Attempts, s.LastError)
+			t.Errorf("while running, %s: attempts %s, last error %+v; want 2 and HTTP 503", r, deref(s.Attempts), s.LastError)
 		}
 	}
 	close(f.release)
@@ -333,7 +348,7 @@ func TestStatusAgreesWithTheDestination(t *testing.T) {
 				wantTries = 3
 			}
 			if s.State != starter.StateDelivered || ok != 1 || s.Attempts == nil || *s.Attempts != wantTries || s.DeliveredAt == nil {
-				t.Errorf("%s: %s, attempts %v, at %v, destination ok %d; want delivered after %d tries, once", r, s.State, s.Attempts, s.DeliveredAt, ok, wantTries)
+				t.Errorf("%s: %s, attempts %s, at %v, destination ok %d; want delivered after %d tries, once", r, s.State, deref(s.Attempts), s.DeliveredAt, ok, wantTries)
 			}
 			if s.Batch == nil || s.BatchWorkflowID == nil || s.UIURL == nil ||
 				*s.BatchWorkflowID != vocab.BatchWorkflowID(vocab.WorkflowID(typ, id), *s.Batch) ||
@@ -356,7 +371,7 @@ func TestStatusAtMostOnceKilledMidBatch(t *testing.T) {
 	sink.mu.Lock()
 	sink.hang, sink.hung = map[string]bool{id + "/r3": true, id + "/r14": true}, make(chan string, 8)
 	sink.mu.Unlock()
-	env := []string{"FANOUT_SEMANTICS=at-most-once", "FANOUT_LOCAL_DELIVERY_MAX=-1", "FANOUT_BATCH_SIZE=10", "FANOUT_PAGE_SIZE=10", "FANOUT_HTTP_TIMEOUT=5m"}
+	env := []string{"FANOUT_SEMANTICS=at-most-once", "FANOUT_LOCAL_DELIVERY_MAX=-1", "FANOUT_BATCH_SIZE=10", "FANOUT_PAGE_SIZE=10", "FANOUT_HTTP_TIMEOUT=30s", secret}
 	if err := st.StartWorker("amo-events", "events", env...); err != nil {
 		t.Fatal(err)
 	}
@@ -413,11 +428,11 @@ func TestStatusAtMostOnceKilledMidBatch(t *testing.T) {
 func TestResend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	if err := st.StartWorker("rs-events", "events"); err != nil {
+	if err := st.StartWorker("rs-events", "events", secret); err != nil {
 		t.Fatal(err)
 	}
 	defer st.Stop("rs-events")
-	if err := st.StartWorker("rs-delivery", "high,normal,low"); err != nil {
+	if err := st.StartWorker("rs-delivery", "high,normal,low", secret); err != nil {
 		t.Fatal(err)
 	}
 	defer st.Stop("rs-delivery")
