@@ -50,7 +50,7 @@ type pagedOnly struct{ pages int }
 func (p *pagedOnly) GetRecipients(_ context.Context, _ fanout.Event, cursor string, limit int) (fanout.Page, error) {
 	p.pages++
 	from := 0
-	fmt.Sscan(cursor, &from)
+	_, _ = fmt.Sscan(cursor, &from)
 	var pg fanout.Page
 	for i := from; i < min(from+limit, 25); i++ {
 		pg.Recipients = append(pg.Recipients, fanout.Recipient{ID: fmt.Sprint("r", i), Address: fmt.Sprint("http://h/", i)})

@@ -171,7 +171,7 @@ type Support struct {
 
 // Validate checks the settings, naming the variable (config.Load calls it).
 func (s *Support) Validate() error {
-	if err := s.RedisConn.Check(); err != nil {
+	if err := s.Check(); err != nil {
 		return err
 	}
 	if s.UIURL == "" {

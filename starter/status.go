@@ -195,7 +195,7 @@ func describeEvent(ctx context.Context, tc client.Client, wid string) (eventStat
 	if tc == nil {
 		return eventState{}, nil
 	}
-	d, err := tc.DescribeWorkflowExecution(ctx, wid, "")
+	d, err := tc.DescribeWorkflow(ctx, wid, "")
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
@@ -203,7 +203,7 @@ func describeEvent(ctx context.Context, tc client.Client, wid string) (eventStat
 	case err != nil:
 		return eventState{}, fmt.Errorf("describe event %s: %w", wid, err)
 	}
-	st := d.GetWorkflowExecutionInfo().GetStatus()
+	st := d.Status
 	return eventState{running: st == enums.WORKFLOW_EXECUTION_STATUS_RUNNING, status: st}, nil
 }
 
@@ -213,7 +213,7 @@ func noChild(ctx context.Context, tc client.Client, wid string) (bool, error) {
 	if tc == nil {
 		return false, nil
 	}
-	_, err := tc.DescribeWorkflowExecution(ctx, wid, "")
+	_, err := tc.DescribeWorkflow(ctx, wid, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return true, nil

@@ -152,7 +152,7 @@ func TestUILink(t *testing.T) {
 func TestSupportSettings(t *testing.T) {
 	for _, u := range []string{"ftp://x", "http://", "http://u:p@h", "http://h/?q=1", "not a url"} {
 		s := Support{UIURL: u}
-		s.RedisConn.URL = "redis://localhost:6379/0"
+		s.URL = "redis://localhost:6379/0"
 		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "FANOUT_UI_URL") {
 			t.Errorf("FANOUT_UI_URL=%q: %v, want an error naming it", u, err)
 		}

@@ -189,7 +189,7 @@ var (
 func (f *flaky) GetRecipients(ctx context.Context, _ fanout.Event, cursor string, limit int) (fanout.Page, error) {
 	from := 0
 	if cursor != "" {
-		fmt.Sscan(cursor, &from)
+		_, _ = fmt.Sscan(cursor, &from)
 	}
 	if from == 10 {
 		f.pageOnce.Do(func() { close(f.paged) })
@@ -468,15 +468,15 @@ func TestResend(t *testing.T) {
 		t.Fatalf("resend: exit %d, output %s", code, out)
 	}
 	wid := vocab.ResendWorkflowID(vocab.WorkflowID(webhook.EventType, id), "t42")
-	d, err := st.TC.DescribeWorkflowExecution(ctx, wid, "")
+	d, err := st.TC.DescribeWorkflow(ctx, wid, "")
 	if err != nil {
 		t.Fatalf("the resend workflow %s: %v", wid, err)
 	}
-	if got := d.GetWorkflowExecutionInfo().GetType().GetName(); got != vocab.DeliveryBatchWorkflow {
-		t.Errorf("resend workflow type %s", got)
+	if d.WorkflowType.Name != vocab.DeliveryBatchWorkflow {
+		t.Errorf("resend workflow type %s", d.WorkflowType.Name)
 	}
 	var reason, by string
-	memo := d.GetWorkflowExecutionInfo().GetMemo().GetFields()
+	memo := d.RawResponse.GetWorkflowExecutionInfo().GetMemo().GetFields()
 	_ = converter.GetDefaultDataConverter().FromPayload(memo[starter.MemoResendReason], &reason)
 	_ = converter.GetDefaultDataConverter().FromPayload(memo[starter.MemoResendBy], &by)
 	if reason != "ticket 42: the customer lost it" || by != "support-tester" {
