@@ -170,6 +170,15 @@ type Handler interface {
 	Deliver(ctx context.Context, ev Event, r Recipient, m Message) error
 }
 
+// RecipientLookup is an optional interface of a Handler whose source can
+// find recipients by id: a resend (starter resend) asks it for the
+// addresses of the recipients it delivers again, instead of paging the
+// whole audience. It returns the recipients of ids it finds (at most one
+// per id; the others are left out), for the event ev.
+type RecipientLookup interface {
+	LookupRecipients(ctx context.Context, ev Event, ids []string) ([]Recipient, error)
+}
+
 // HandlerFuncs adapts three plain functions to a Handler.
 type HandlerFuncs struct {
 	GetRecipientsFunc   func(ctx context.Context, ev Event, cursor string, limit int) (Page, error)

@@ -339,6 +339,11 @@ type DeliverBatchInput struct {
 	// workflow's input, which embeds this one.
 	Redrive bool   `json:",omitempty"`
 	Round   string `json:",omitempty"`
+	// Resend delivers the recipients again even when the event delivered
+	// them (starter resend; its own attempt id, vocab.ResendAttemptID):
+	// recipients without an address are looked up in the event's source
+	// (resend.go). Left out of the JSON when false.
+	Resend bool `json:",omitempty"`
 	// Rate, when positive, paces the batch's deliveries to at most Rate
 	// per second: its share of the event's rate cap (set-rate). PaceFrom
 	// is where its schedule starts: the end of the previous batch's
@@ -495,6 +500,7 @@ type batch struct {
 	left     leftOver           // not tried: the next attempt's
 	giveUp   []Failure          // to the deliveries DLQ
 	retry    []outcome          // failed transiently: the next attempt's
+	notFound []Failure          // a resend's recipients its source no longer lists
 }
 
 // open resolves the batch's type on this worker (its handler, semantics,
@@ -514,12 +520,16 @@ func (b *batch) open() error {
 	}
 	b.h, b.in.live, b.in.callTimeout, b.in.gate = h, opts, opts.CallTimeout, a.attemptGate(b.in)
 	b.in.Recipients, err = a.loadBatch(b.ctx, h, b.in)
+	if err == nil && b.in.Resend {
+		b.in.Recipients, b.notFound, err = a.resendRecipients(b.ctx, h, opts, b.in)
+	}
 	return err
 }
 
 // admit asks the gate which recipients to call.
 func (b *batch) admit() (err error) {
 	b.todo, b.rejected, b.res, err = b.a.admit(b.ctx, b.in)
+	b.res.addGivenUp(b.notFound, false) // failed, not dead-lettered: nothing to deliver them to
 	return err
 }
 
@@ -727,10 +737,11 @@ func (a *Activities) countFailures(ctx context.Context, in DeliverBatchInput, fa
 		return nil
 	}
 	ids := make([]string, len(failed))
+	errs := make([]error, len(failed))
 	for i, o := range failed {
-		ids[i] = o.r.ID
+		ids[i], errs[i] = o.r.ID, o.err
 	}
-	counts, err := in.gate.countFailures(ctx, in.Round, ids)
+	counts, err := in.gate.countFailures(ctx, in.Round, ids, errs)
 	if err != nil {
 		return err
 	}

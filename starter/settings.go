@@ -3,6 +3,7 @@ package starter
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,4 +156,30 @@ func (s Settings) Config(rdb redis.UniversalClient, log *slog.Logger, types []st
 		Events:         NewEventRecord(rdb, s.EventTTL),
 		Logger:         log,
 	}, nil
+}
+
+// Support are the settings of the commands that answer for one recipient
+// (`starter status`, `starter resend`): the workers' Redis, where the gate
+// keeps its records, and the Temporal UI's address for links.
+type Support struct {
+	config.RedisConn
+	// UIURL is the Temporal UI's base address (http://localhost:8233 for the
+	// dev server, https://cloud.temporal.io for Temporal Cloud): each answer
+	// links its batch workflow there (ui_url). Empty: no links.
+	UIURL string `env:"FANOUT_UI_URL"`
+}
+
+// Validate checks the settings, naming the variable (config.Load calls it).
+func (s *Support) Validate() error {
+	if err := s.Check(); err != nil {
+		return err
+	}
+	if s.UIURL == "" {
+		return nil
+	}
+	u, err := url.Parse(s.UIURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("FANOUT_UI_URL: %.200q is not an http(s) address without user, query or fragment", s.UIURL)
+	}
+	return nil
 }

@@ -111,9 +111,15 @@ func (g *Gate) Acquire(ctx context.Context, eventKey, attemptID string, recipien
 			return nil, fmt.Errorf("gate acquire: %w", err)
 		}
 	}
+	return verdicts(func(i int) (string, error) { return cmds[i].Result() }, recipientIDs, attemptID, redrive)
+}
+
+// verdicts reads what SET NX GET (or the resend script) found.
+func verdicts(result func(i int) (string, error), recipientIDs []string, attemptID string, redrive bool) ([]Verdict, error) {
+	delivered := deliveredPrefix + attemptID
 	out := make([]Verdict, len(recipientIDs))
-	for i, c := range cmds {
-		prev, err := c.Result()
+	for i := range recipientIDs {
+		prev, err := result(i)
 		switch {
 		case errors.Is(err, redis.Nil):
 			out[i] = Deliver
@@ -121,7 +127,7 @@ func (g *Gate) Acquire(ctx context.Context, eventKey, attemptID string, recipien
 			return nil, fmt.Errorf("gate acquire %s: %w", recipientIDs[i], err)
 		case prev == attemptID:
 			out[i] = Redeliver
-		case prev == deliveredPrefix+attemptID:
+		case isDeliveredMark(prev, delivered):
 			out[i] = DeliveredByUs
 		case prev == deadLetteredPrefix+attemptID && redrive:
 			out[i] = Redeliver
@@ -140,10 +146,42 @@ func (g *Gate) Acquire(ctx context.Context, eventKey, attemptID string, recipien
 	return out, nil
 }
 
-// MarkDelivered records that attemptID delivered to the recipients.
+// isDeliveredMark reports whether v is the delivered mark whose prefix and
+// attempt id are delivered: as written before marks recorded the time and
+// attempts ("delivered:<attempt id>"), or since
+// ("delivered:<attempt id>;<time>;<attempts>").
+func isDeliveredMark(v, delivered string) bool {
+	rest, ok := strings.CutPrefix(v, delivered)
+	return ok && (rest == "" || rest[0] == markSep)
+}
+
+// MarkDelivered records that attemptID delivered to the recipients now,
+// each at its first try.
 func (g *Gate) MarkDelivered(ctx context.Context, eventKey, attemptID string, recipientIDs ...string) error {
-	if err := g.mark(ctx, eventKey, deliveredPrefix+attemptID, recipientIDs); err != nil {
-		return fmt.Errorf("gate mark delivered: %w", err)
+	return g.MarkDeliveredAt(ctx, eventKey, attemptID, time.Now(), nil, recipientIDs...)
+}
+
+// MarkDeliveredAt records that attemptID delivered to the recipients at
+// at, each after attempts(id) tries, the successful one included (nil: 1
+// each). The mark is the one written before, with the time and the tries
+// after it (DeliveredValue): a few bytes on the key already written, in the
+// same pipeline.
+func (g *Gate) MarkDeliveredAt(ctx context.Context, eventKey, attemptID string, at time.Time, attempts func(id string) int, recipientIDs ...string) error {
+	first := DeliveredValue(attemptID, at, 1)
+	for start := 0; start < len(recipientIDs); start += pipelineMax {
+		pipe := g.rdb.Pipeline()
+		for _, id := range recipientIDs[start:min(start+pipelineMax, len(recipientIDs))] {
+			v := first
+			if attempts != nil {
+				if n := attempts(id); n > 1 {
+					v = DeliveredValue(attemptID, at, n)
+				}
+			}
+			pipe.Set(ctx, g.Key(eventKey, id), v, g.ttl)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("gate mark delivered: %w", err)
+		}
 	}
 	return nil
 }
@@ -241,24 +279,7 @@ const pipelineMax = 500
 // returns the totals, so attempts are counted per recipient across activity
 // retries and worker crashes.
 func (g *Gate) CountFailures(ctx context.Context, eventKey, attemptID, round string, recipientIDs []string) ([]int, error) {
-	if len(recipientIDs) == 0 {
-		return nil, nil
-	}
-	key := "fanout:a:" + eventKey + ":" + attemptID + ":" + round
-	pipe := g.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(recipientIDs))
-	for i, id := range recipientIDs {
-		cmds[i] = pipe.HIncrBy(ctx, key, id, 1)
-	}
-	pipe.Expire(ctx, key, g.ttl)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("gate count failures: %w", err)
-	}
-	out := make([]int, len(cmds))
-	for i, c := range cmds {
-		out[i] = int(c.Val())
-	}
-	return out, nil
+	return g.CountFailed(ctx, eventKey, attemptID, round, recipientIDs, nil)
 }
 
 // Holder returns who holds a recipient's key: the attempt id, whether it
@@ -310,6 +331,9 @@ func ParseState(v string) (attemptID string, st State) {
 		st     State
 	}{{deliveredPrefix, StateDelivered}, {deadLetteredPrefix, StateDeadLettered}, {sendingPrefix, StateSending}, {unconfirmedPrefix, StateUnconfirmed}} {
 		if rest, found := strings.CutPrefix(v, p.prefix); found {
+			if p.st == StateDelivered {
+				rest, _, _ = strings.Cut(rest, string(markSep))
+			}
 			return rest, p.st
 		}
 	}

@@ -11,6 +11,8 @@ package vocab
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fanout/fanout"
@@ -70,6 +72,42 @@ func RedriveWorkflowID(eventWorkflowID, attemptID, round string, n int) string {
 	return fmt.Sprintf("%s/redrive/%s/%s/%d", eventWorkflowID, round, attemptID, n)
 }
 
+// ResendWorkflowID is the id of the DeliveryBatch of the resend named
+// name (starter resend) of an event's recipients.
+func ResendWorkflowID(eventWorkflowID, name string) string {
+	return eventWorkflowID + "/resend/" + name
+}
+
+// resendMark starts the batch part of a resend's attempt id.
+const resendMark = "resend-"
+
+// ResendAttemptID is the attempt id of the resend named name: its own, so
+// the gate tells its deliveries from the event's batches'.
+func ResendAttemptID(eventType, eventID, name string) string {
+	return EventKey(eventType, eventID) + "#" + resendMark + name
+}
+
+// ParseAttemptID reads an attempt id of the event (eventType, eventID):
+// the batch number of AttemptID, or the name of ResendAttemptID (batch
+// -1). Anything else, another event's attempt included, is an error.
+func ParseAttemptID(eventType, eventID, attemptID string) (batch int, resend string, err error) {
+	rest, ok := strings.CutPrefix(attemptID, EventKey(eventType, eventID)+"#")
+	if !ok {
+		return 0, "", fmt.Errorf("attempt id %.80q is not one of event %s", attemptID, EventKey(eventType, eventID))
+	}
+	if name, isResend := strings.CutPrefix(rest, resendMark); isResend {
+		if err := fanout.ValidateID(name); err != nil {
+			return 0, "", fmt.Errorf("attempt id %.80q: resend name: %w", attemptID, err)
+		}
+		return -1, name, nil
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 || len(rest) > 9 || (len(rest) > 1 && rest[0] == '0') {
+		return 0, "", fmt.Errorf("attempt id %.80q: batch %.20q is not a number", attemptID, rest)
+	}
+	return n, "", nil
+}
+
 // OccurrenceID is the event id of one occurrence of a recurring broadcast,
 // the Fanout workflow a Temporal Schedule started at nominal time with the
 // event eventID: each occurrence is its own event (its own attempt ids, gate
@@ -97,6 +135,14 @@ func AttemptID(eventType, eventID string, n int) string {
 const (
 	FanoutWorkflow        = "Fanout"
 	DeliveryBatchWorkflow = "DeliveryBatch"
+)
+
+// Activity type names of the steps whose results name an event's message
+// (the methods of activities.Activities, registered under their names):
+// a resend reads them back from the event's history.
+const (
+	OpenActivity    = "Open"
+	PrepareActivity = "Prepare"
 )
 
 // The Fanout workflow's query and updates (temporal workflow query/update

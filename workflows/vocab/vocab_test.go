@@ -52,3 +52,20 @@ func TestOccurrenceID(t *testing.T) {
 		t.Errorf("the same instant in another zone: %q, want %q", got, id)
 	}
 }
+
+// Attempt ids read back: the batch's number, a resend's name, and nothing
+// of another event or outside the grammar.
+func TestParseAttemptID(t *testing.T) {
+	if n, name, err := ParseAttemptID("webhook", "e1", AttemptID("webhook", "e1", 12)); n != 12 || name != "" || err != nil {
+		t.Errorf("batch: %d %q %v", n, name, err)
+	}
+	if n, name, err := ParseAttemptID("webhook", "e1", ResendAttemptID("webhook", "e1", "t42")); n != -1 || name != "t42" || err != nil {
+		t.Errorf("resend: %d %q %v", n, name, err)
+	}
+	for _, a := range []string{"", "webhook/e1", "webhook/e1#", "webhook/e2#1", "other/e1#1", "webhook/e1#-1", "webhook/e1#01",
+		"webhook/e1#1x", "webhook/e1#resend-", "webhook/e1#resend-a:b", "webhook/e1#9999999999"} {
+		if _, _, err := ParseAttemptID("webhook", "e1", a); err == nil {
+			t.Errorf("ParseAttemptID(%q): no error", a)
+		}
+	}
+}

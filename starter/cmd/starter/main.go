@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -79,6 +80,14 @@ func main() {
 		err = runReplay(ctx, args[1:])
 	case "limits":
 		err = runLimits(ctx, args[1:])
+	case "status":
+		err = runStatus(ctx, args[1:])
+		if errors.Is(err, starter.ErrSomeUnknown) {
+			stop()
+			os.Exit(exitUnknown)
+		}
+	case "resend":
+		err = runResend(ctx, args[1:])
 	case "setup":
 		err = runSetup(ctx, args[1:])
 	case "codec-server":
@@ -100,6 +109,8 @@ var commands = []struct{ name, summary string }{
 	{"redrive", "re-deliver dead letters of the deliveries DLQ through the same gate (-dry-run lists them)"},
 	{"redrive-events", "re-publish records of the events DLQ after a fix (-dry-run lists them)"},
 	{"replay", "replay workflow histories (files or a live query) against this code"},
+	{"status", "answer for recipients of an event: delivered (when, attempts), retrying, dead-lettered, ... and their batch"},
+	{"resend", "deliver an event's message again to listed recipients, on purpose (-reason), with the same webhook-id"},
 	{"limits", "set, unset or show the per-destination rate limits of an event type (no restart)"},
 	{"setup", "register fanout's search attributes, create the Kafka topics (-topics), check the server (idempotent)"},
 	{"codec-server", "serve the payload codec to the Temporal UI and CLI (token, CORS)"},

@@ -117,6 +117,8 @@ var subEnv = map[string][]config.EnvVar{
 	"replay":         append(config.EnvVars(config.Codec{}), config.TemporalEnv...),
 	"setup":          append(config.EnvVars(config.Codec{}, config.RedisConn{}), config.TemporalEnv...),
 	"codec-server":   config.EnvVars(codecserver.Config{}, config.Codec{}),
+	"status":         append(config.EnvVars(starter.Support{}, config.Codec{}), config.TemporalEnv...),
+	"resend":         append(config.EnvVars(starter.Support{}, config.Codec{}), config.TemporalEnv...),
 	"version":        nil,
 }
 
