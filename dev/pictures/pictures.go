@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -227,19 +228,26 @@ func demoFailures() func(event, recipient string) (int, time.Duration) {
 func uiShot(bctx context.Context, page, out string) error {
 	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
 	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Navigate(page)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(uiWidth, uiHeight), chromedp.Navigate(page)); err != nil {
 		return err
 	}
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`!!document.body && document.body.innerText.includes("Completed") && document.body.innerText.includes("Fanout")`,
-		chromedp.WithPollingInterval(250*time.Millisecond))); err != nil {
-		text, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
-		return fmt.Errorf("%w; page text: %.500s", err, text)
+	// Polled here rather than with chromedp.Poll: the UI replaces its
+	// page's context while it loads, which fails a Poll under way.
+	var text string
+	for {
+		t, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		if err == nil {
+			text = t
+			if strings.Contains(text, "Completed") && strings.Contains(text, "Fanout") {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the page never showed the workflow completed; page text: %.500s", text)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 	time.Sleep(3 * time.Second) // the timeline and the event history finish drawing
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(uiWidth, uiHeight)); err != nil {
-		return err
-	}
-	time.Sleep(time.Second)
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		return err
