@@ -115,8 +115,19 @@ func throughputPlot(rows []Row) (*plot.Plot, error) {
 		p.Legend.Add("floor (client and sink alone)", fb)
 	}
 	p.Legend.Top = true
+	p.Y.Max = headroom(append(vals, floor...))
 	nominal(p, names)
 	return p, nil
+}
+
+// headroom is the Y axis's top: a fifth above the highest value, so that
+// the legend stays clear of the bars.
+func headroom(vals plotter.Values) float64 {
+	top := 0.0
+	for _, v := range vals {
+		top = math.Max(top, v)
+	}
+	return top * 1.25
 }
 
 // latencyPlot: p50 and p99 side by side for the rows that measured them.
@@ -152,6 +163,7 @@ func latencyPlot(rows []Row) (*plot.Plot, error) {
 	p.Legend.Add("p50", b50)
 	p.Legend.Add("p99", b99)
 	p.Legend.Top = true
+	p.Y.Max = headroom(append(p50, p99...))
 	nominal(p, names)
 	return p, nil
 }
@@ -188,6 +200,11 @@ func scalingPlot(rows []Row) (*plot.Plot, error) {
 	}
 	line.Color, points.Color, line.Width = barColor, barColor, vg.Points(2)
 	one := pts[0].Y / pts[0].X
+	top := one * pts[len(pts)-1].X
+	for _, pt := range pts {
+		top = math.Max(top, pt.Y)
+	}
+	p.Y.Max = top * 1.1 // the linear line drawn to the end, above the measured one
 	ideal := plotter.NewFunction(func(x float64) float64 { return one * x })
 	ideal.Dashes, ideal.Color = []vg.Length{vg.Points(4), vg.Points(3)}, floorColor
 	ideal.XMin, ideal.XMax = 0, pts[len(pts)-1].X
