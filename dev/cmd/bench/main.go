@@ -3,7 +3,8 @@
 // worker and bridge processes and the loopback HTTP sink as its own process
 // (dev/cmd/sink), as a real destination runs. It prints one row
 // per scenario, then the CPU each process spent per delivery in heavy,
-// heavy-stock and the floor, and writes the same numbers to -json FILE.
+// heavy-stock and the floor, and writes the same numbers to -json FILE and
+// a plot of them to -plot FILE (SVG).
 // Ratios are measured side by side in one run; nothing here asserts a
 // speed.
 //
@@ -116,6 +117,7 @@ func main() {
 	quick := flag.Bool("quick", false, "every scenario at a tenth of the size")
 	scale := flag.Float64("scale", 0, "every scenario at this fraction of the size (0.1 is -quick), e.g. 0.001 for a smoke run; not a measurement")
 	jsonOut := flag.String("json", "", "write the rows as JSON to this file")
+	plotOut := flag.String("plot", "", "write an SVG plot of the rows to this file (deliveries/s beside the floor, latency percentiles, scaling)")
 	only := flag.String("only", "", "comma-separated scenarios (default all: "+strings.Join(allScenarios, ",")+"; opt-in: "+strings.Join(optInScenarios, ",")+"; heavy-file compares heavy's event of a types file's type with the environment's webhook type)")
 	keep := flag.String("dir", "", "keep logs and state in this directory")
 	lightRate := flag.Float64("light-rate", 100, "events/s published in the light scenario")
@@ -152,6 +154,11 @@ func main() {
 		b, _ := json.MarshalIndent(rows, "", "  ")
 		if werr := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); werr != nil && err == nil {
 			err = werr
+		}
+	}
+	if *plotOut != "" && len(rows) > 0 {
+		if perr := writePlot(*plotOut, rows); perr != nil && err == nil {
+			err = perr
 		}
 	}
 	if err != nil {

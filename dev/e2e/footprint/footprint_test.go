@@ -1,6 +1,6 @@
 //go:build integration
 
-// Package footprint counts what Temporal does per small event and per
+// The footprint tests count what Temporal does per small event and per
 // delivery batch on the real stack (the dev server with the stack's flags,
 // the worker binaries, the bridge in the events worker with eager starts):
 // requests, workflow tasks, commands, history events and visibility writes,
@@ -15,6 +15,12 @@
 // server (stack.Options.TemporalFlags, TemporalEnv) to try its dynamic
 // config; FOOTPRINT_PERF=FILE records a perf profile of it during the small
 // events, and into FILE.noop during the no-op workflows.
+//
+// They also count the Temporal Cloud Actions of that work from the
+// histories (CountActions, ActionRules) and check them against the server's
+// own `action` metric; FOOTPRINT_FIGURES=FILE writes the figures as JSON
+// (Figures) when every test passed, for dev/cmd/pictures to render into
+// docs/performance-figures.md.
 package footprint
 
 import (
@@ -32,6 +38,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -41,6 +49,9 @@ import (
 )
 
 var st *stack.Stack
+
+// figs collects what the tests measured, for FOOTPRINT_FIGURES.
+var figs = Figures{HandCount: map[string][]HandEvent{}}
 
 func TestMain(m *testing.M) {
 	ctx := context.Background()
@@ -62,6 +73,13 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	st.Close()
+	if path := os.Getenv("FOOTPRINT_FIGURES"); path != "" && code == 0 {
+		figs.Rules = ActionRules
+		if err := figs.Write(path); err != nil {
+			fmt.Fprintln(os.Stderr, "footprint:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -87,7 +105,7 @@ func scrape(t *testing.T) metrics {
 			var labels []string
 			for _, l := range m.GetLabel() {
 				switch l.GetName() {
-				case "operation", "service_name", "task_type":
+				case "operation", "service_name", "task_type", "action_type":
 					labels = append(labels, l.GetName()+"="+l.GetValue())
 				}
 			}
@@ -332,6 +350,104 @@ func TestSmallEventFootprint(t *testing.T) {
 	if started > 1.01 {
 		t.Errorf("%.2f started visibility records per small event", started)
 	}
+
+	// Temporal Cloud Actions, from every event's history (plus what the
+	// server metered outside them), against the server's own meter. A
+	// small event is three: its start, its workflow task's markers (the
+	// local activity that delivers) and the final search-attribute upsert.
+	acts, exempt := Actions{}, 0
+	for _, e := range evs {
+		var tr tree
+		tr.actions = Actions{}
+		tr.add(history(t, stack.WorkflowID(e.ID), ""))
+		acts.Add(tr.actions)
+		exempt += tr.exemptUpserts
+	}
+	acts.Add(notInHistory(m0, m1))
+	checkActions(t, "per small event", acts, exempt, serverActions(m0, m1), float64(n))
+	if a := acts.Total() / float64(n); a > smallActionsMax+0.01 {
+		t.Errorf("%.2f Actions per small event, want at most %d", a, smallActionsMax)
+	}
+	one := history(t, stack.WorkflowID("fp-7"), "")
+	figs.HandCount["small event"] = HandCount(one)
+	handLog(t, "one small event", figs.HandCount["small event"])
+	figs.SmallAudience = aud
+	figs.Small = &Cost{Actions: acts.Per(float64(n)), ActionsTotal: acts.Total() / float64(n), ServerActions: serverActions(m0, m1) / float64(n),
+		Requests: requests(m0, m1) / float64(n), WorkflowTasks: per(m0, m1, "workflow_tasks_completed{operation=WorkflowContext,service_name=history}", n),
+		HistoryEvents: float64(len(one)), VisibilityWrites: visibilityWrites(m0, m1) / float64(n)}
+}
+
+// Bounds on Actions that would catch a regression. Measured: 3 per small
+// event (its start, its markers, its final upsert); 9 in the histories of an
+// event of 2,000 recipients (its start, 2 × 2 for its two children, their
+// two activities, its markers, its upsert) and one heartbeat per batch; per
+// batch of a big event 2 for the child, 1 for its activity and the parent's
+// share of pages, markers and upserts (about 0.2), and its heartbeat: 3.55
+// per 1,000 deliveries in batches of about 1,200. One activity or child more
+// per batch, or batches half the size, break them.
+const (
+	smallActionsMax          = 3   // per small event
+	batchedHistoryActionsMax = 9   // per event of 2,000 recipients, in its histories
+	heartbeatsPerBatchMax    = 2   // the first heartbeat, and one more for a slow batch
+	batchHistoryActionsMax   = 3.5 // per batch of a big event, in its histories
+	per1000ActionsMax        = 4.5 // per 1,000 deliveries of a big event, heartbeats included
+)
+
+// checkHeartbeats bounds the heartbeats per batch.
+func checkHeartbeats(t *testing.T, hb Actions, batches int) {
+	t.Helper()
+	if h := hb[ActHeartbeat] / float64(batches); h > heartbeatsPerBatchMax {
+		t.Errorf("%.2f heartbeats per batch, want at most %d", h, heartbeatsPerBatchMax)
+	}
+}
+
+// An event past the fast path (2,000 recipients: two DeliveryBatch
+// children of 1,000): its Actions, counted from its histories and its
+// children's, against the server's meter.
+func TestBatchedEventFootprint(t *testing.T) {
+	const k, aud = 5, 2000
+	evs := make([]stack.Event, k)
+	for i := range evs {
+		evs[i] = stack.Event{ID: fmt.Sprintf("fp-mid-%d", i), Audience: aud, Priority: "normal"}
+	}
+	m0 := scrape(t)
+	publishAndWait(t, evs, 3*time.Minute)
+	for _, e := range evs {
+		if _, err := st.Wait(context.Background(), e.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m1 := waitClosed(t, m0, k)
+	acts, exempt, events, batches := Actions{}, 0, 0, 0
+	var child []*historypb.HistoryEvent
+	for _, e := range evs {
+		tr := eventTree(t, stack.WorkflowID(e.ID))
+		acts.Add(tr.actions)
+		exempt += tr.exemptUpserts
+		events += tr.events
+		batches += tr.children
+		if child == nil {
+			child = tr.child
+		}
+	}
+	if a := acts.Total() / k; a > batchedHistoryActionsMax {
+		t.Errorf("%.2f Actions in the histories per event of %d recipients, want at most %d", a, aud, batchedHistoryActionsMax)
+	}
+	hb := notInHistory(m0, m1)
+	checkHeartbeats(t, hb, batches)
+	acts.Add(hb)
+	checkActions(t, fmt.Sprintf("per event of %d recipients", aud), acts, exempt, serverActions(m0, m1), k)
+	if batches != 2*k {
+		t.Errorf("%d batches for %d events of %d recipients, want 2 each", batches, k, aud)
+	}
+	figs.BatchedAudience, figs.BatchedBatches = aud, batches/k
+	figs.Batched = &Cost{Actions: acts.Per(k), ActionsTotal: acts.Total() / k, ServerActions: serverActions(m0, m1) / k,
+		Requests: requests(m0, m1) / k, WorkflowTasks: per(m0, m1, "workflow_tasks_completed{operation=WorkflowContext,service_name=history}", k),
+		HistoryEvents: float64(events) / k, VisibilityWrites: visibilityWrites(m0, m1) / k}
+	if child != nil {
+		figs.HandCount["batch"] = HandCount(child)
+		handLog(t, "one batch (its child's history; its parent adds 2 for the start)", figs.HandCount["batch"])
+	}
 }
 
 // A big event's batches: what Temporal does per batch (the child, its
@@ -368,6 +484,33 @@ func TestBatchFootprint(t *testing.T) {
 	if wft > 4 || acts < 1 || acts > 1.5 {
 		t.Errorf("per batch: %.2f workflow tasks (want <= 4), %.2f activity completions (want 1)", wft, acts)
 	}
+
+	// Actions per batch and per 1,000 deliveries, from every run's history
+	// and every child's, against the server's meter.
+	tr := eventTree(t, stack.WorkflowID(ev.ID))
+	if tr.children != b || tr.runs != res.Runs {
+		t.Errorf("histories: %d children over %d runs, the result says %d batches over %d runs", tr.children, tr.runs, b, res.Runs)
+	}
+	if a := tr.actions.Total() / float64(b); a > batchHistoryActionsMax {
+		t.Errorf("%.2f Actions in the histories per batch, want at most %g", a, batchHistoryActionsMax)
+	}
+	hb := notInHistory(m0, m1)
+	checkHeartbeats(t, hb, b)
+	all := Actions{}
+	all.Add(tr.actions)
+	all.Add(hb)
+	server := serverActions(m0, m1)
+	checkActions(t, "per batch", all, tr.exemptUpserts, server, float64(b))
+	checkActions(t, "per 1,000 deliveries", all, tr.exemptUpserts, server, aud/1000.0)
+	if a := all.Total() / (aud / 1000.0); a > per1000ActionsMax {
+		t.Errorf("%.2f Actions per 1,000 deliveries, want at most %g", a, per1000ActionsMax)
+	}
+	figs.BigAudience, figs.BigBatches, figs.BigRuns = aud, b, res.Runs
+	cost := func(n float64) *Cost {
+		return &Cost{Actions: all.Per(n), ActionsTotal: all.Total() / n, ServerActions: server / n, Requests: requests(m0, m1) / n,
+			WorkflowTasks: wft * float64(b) / n, HistoryEvents: float64(tr.events) / n, VisibilityWrites: visibilityWrites(m0, m1) / n}
+	}
+	figs.PerBatch, figs.Per1000 = cost(float64(b)), cost(aud/1000.0)
 }
 
 // recordPerf records a perf profile of the dev server into
@@ -453,4 +596,142 @@ func TestNoopWorkflowFloor(t *testing.T) {
 	if h := eventTypes(t, "noop-7"); total(h) != 5 {
 		t.Errorf("no-op history: %v, want 5 events", h)
 	}
+}
+
+// history is one run's history (runID "": the latest run).
+func history(t *testing.T, wid, runID string) []*historypb.HistoryEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	it := st.TC.GetWorkflowHistory(ctx, wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var out []*historypb.HistoryEvent
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			t.Fatalf("history of %s: %v", wid, err)
+		}
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		t.Fatalf("history of %s: no events", wid)
+	}
+	return out
+}
+
+// tree is what an event's workflow left in its histories: every run's
+// (through continue-as-new) and every child's.
+type tree struct {
+	actions        Actions
+	exemptUpserts  int // TemporalChangeVersion-only upserts: metered by the server, not billed
+	events         int
+	runs, children int
+	child          []*historypb.HistoryEvent // the first child's history
+}
+
+func (tr *tree) add(h []*historypb.HistoryEvent) {
+	tr.actions.Add(CountActions(h))
+	tr.events += len(h)
+	for _, e := range h {
+		if e.GetEventType() == enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES {
+			if f := e.GetUpsertWorkflowSearchAttributesEventAttributes().GetSearchAttributes().GetIndexedFields(); len(f) == 1 && f[changeVersionKey] != nil {
+				tr.exemptUpserts++
+			}
+		}
+	}
+}
+
+func eventTree(t *testing.T, wid string) tree {
+	t.Helper()
+	tr := tree{actions: Actions{}}
+	for runID := ""; ; {
+		h := history(t, wid, runID)
+		tr.add(h)
+		tr.runs++
+		for _, e := range h {
+			if e.GetEventType() == enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED {
+				ch := history(t, e.GetStartChildWorkflowExecutionInitiatedEventAttributes().GetWorkflowId(), "")
+				tr.add(ch)
+				tr.children++
+				if tr.child == nil {
+					tr.child = ch
+				}
+			}
+		}
+		if runID = h[0].GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId(); runID == "" {
+			return tr
+		}
+	}
+}
+
+// sumWhere sums the moves of the series whose key has prefix and, when
+// keep is set, passes it.
+func sumWhere(before, after metrics, prefix string, keep func(string) bool) float64 {
+	var n float64
+	for k, v := range after {
+		if strings.HasPrefix(k, prefix) && (keep == nil || keep(k)) {
+			n += v - before[k]
+		}
+	}
+	return n
+}
+
+// serverActions is what the server metered as Actions (its `action`
+// metric, every type).
+func serverActions(before, after metrics) float64 {
+	return sumWhere(before, after, "action{", nil)
+}
+
+// notInHistory are the Actions a history does not show, as the server
+// metered them: heartbeats and queries.
+func notInHistory(before, after metrics) Actions {
+	a := Actions{}
+	if n := sumWhere(before, after, "action{", func(k string) bool { return strings.Contains(k, "action_type=grpc_RecordActivityTaskHeartbeat") }); n > 0 {
+		a[ActHeartbeat] = n
+	}
+	if n := sumWhere(before, after, "action{", func(k string) bool { return strings.Contains(k, "action_type=grpc_QueryWorkflow") }); n > 0 {
+		a[ActQuery] = n
+	}
+	return a
+}
+
+// requests are the frontend's requests other than polls and history reads
+// (the test's wait for a result reads the history).
+func requests(before, after metrics) float64 {
+	return sumWhere(before, after, "service_requests{", func(k string) bool {
+		return strings.Contains(k, "service_name=frontend") && !strings.Contains(k, "=Poll") && !strings.Contains(k, "=GetWorkflowExecutionHistory,")
+	})
+}
+
+// visibilityWrites are the records written to visibility.
+func visibilityWrites(before, after metrics) float64 {
+	return sumWhere(before, after, "visibility_persistence_requests{", func(k string) bool {
+		return strings.Contains(k, "operation=Record") || strings.Contains(k, "operation=Upsert") || strings.Contains(k, "operation=Delete")
+	})
+}
+
+// checkActions compares the Actions counted from the histories (plus the
+// heartbeats and queries the server metered) with the server's own meter,
+// which also counts the exempt upserts, and logs them per unit.
+func checkActions(t *testing.T, what string, acts Actions, exempt int, server float64, n float64) {
+	t.Helper()
+	per := acts.Per(n)
+	for _, k := range per.Kinds() {
+		t.Logf("%s: %6.2f Actions  %s", what, per[k], k)
+	}
+	t.Logf("%s: %.2f Actions from the histories, the server metered %.2f (%.2f exempt TemporalChangeVersion upserts)", what, per.Total(), server/n, float64(exempt)/n)
+	if d := acts.Total() + float64(exempt) - server; d > 0.02*n || d < -0.02*n {
+		t.Errorf("%s: the histories give %.2f Actions (+%.2f exempt upserts), the server metered %.2f", what, acts.Total()/n, float64(exempt)/n, server/n)
+	}
+}
+
+// handLog logs a history's events with their Actions.
+func handLog(t *testing.T, what string, h []HandEvent) {
+	t.Helper()
+	var parts []string
+	var sum float64
+	for _, e := range h {
+		parts = append(parts, fmt.Sprintf("%s=%g", strings.TrimPrefix(e.Event, "EVENT_TYPE_"), e.Actions))
+		sum += e.Actions
+	}
+	t.Logf("%s, event by event (%g Actions): %s", what, sum, strings.Join(parts, " "))
 }

@@ -1,0 +1,73 @@
+// Command pictures makes the documentation's generated parts (go tool task
+// pictures runs it with the footprint test and the bench):
+//
+//	pictures screenshots [-out docs/img] [-dashboard FILE] [-scale F]
+//	    the Temporal UI's page of one demo event (ui-event.png) and the
+//	    Grafana dashboard drawn from the demo's metrics (dashboard.png)
+//	pictures figures -in FILE [-out docs/performance-figures.md]
+//	    the footprint test's figures (FOOTPRINT_FIGURES=FILE) as Markdown
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fanout/fanout/dev/e2e/footprint"
+	"github.com/fanout/fanout/dev/pictures"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: pictures screenshots|figures [flags] (-h for each)")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "screenshots":
+		fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+		o := pictures.Options{Log: os.Stdout}
+		fs.StringVar(&o.OutDir, "out", "docs/img", "directory of "+pictures.UIFile+" and "+pictures.DashboardFile)
+		fs.StringVar(&o.Dashboard, "dashboard", "deploy/helm/fanout/files/dashboard.json", "the Grafana dashboard to draw")
+		fs.Float64Var(&o.Scale, "scale", 1, "multiplies the demo's audiences")
+		_ = fs.Parse(args)
+		err = pictures.Screenshots(ctx, o)
+	case "figures":
+		fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+		in := fs.String("in", "", "the footprint test's figures (FOOTPRINT_FIGURES)")
+		out := fs.String("out", "docs/performance-figures.md", "the Markdown to write")
+		_ = fs.Parse(args)
+		err = figures(*in, *out)
+	default:
+		fmt.Fprintf(os.Stderr, "pictures: unknown command %q (screenshots, figures)\n", cmd)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pictures:", err)
+		os.Exit(1)
+	}
+}
+
+func figures(in, out string) error {
+	if in == "" {
+		return fmt.Errorf("figures: -in is required")
+	}
+	f, err := footprint.ReadFigures(in)
+	if err != nil {
+		return err
+	}
+	w, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if err := pictures.WriteFigures(w, f); err != nil {
+		_ = w.Close()
+		return err
+	}
+	return w.Close()
+}
