@@ -66,10 +66,10 @@ func panel(title, desc, unit string, qs ...query) *timeseries.PanelBuilder {
 
 func quantiles(bucket, by, legendBy string) []query {
 	var qs []query
-	for _, q := range []string{"0.5", "0.95", "0.99"} {
+	for _, q := range []struct{ q, name string }{{"0.5", "p50"}, {"0.95", "p95"}, {"0.99", "p99"}} {
 		qs = append(qs, query{
-			fmt.Sprintf(`histogram_quantile(%s, sum by (le, %s) (rate(%s[$__rate_interval])))`, q, by, bucket),
-			fmt.Sprintf("p%s {{%s}}", q[2:], legendBy),
+			fmt.Sprintf(`histogram_quantile(%s, sum by (le, %s) (rate(%s[$__rate_interval])))`, q.q, by, bucket),
+			fmt.Sprintf("%s {{%s}}", q.name, legendBy),
 		})
 	}
 	return qs

@@ -76,6 +76,8 @@ func readers(root string) ([]reader, error) {
 		{"limits", config.EnvVars(config.RedisConn{})},
 		{"setup", cat(temporalClient(), config.EnvVars(config.RedisConn{}, starter.Topics{}))},
 		{"codec-server", config.EnvVars(codecserver.Config{}, config.Codec{})},
+		{"status", cat(config.EnvVars(starter.Support{}), temporalClient())},
+		{"resend", cat(config.EnvVars(starter.Support{}, webhook.Outbound{}, config.Codec{}), []config.EnvVar{{Name: "USER", Kind: "string"}}, temporalClient())},
 	}, nil
 }
 
@@ -159,6 +161,7 @@ func parts() []part {
 				{title: "Worker", intro: "The worker pool: queues, slots, the gate, retries, dead letters, the low-priority brake.", vars: config.EnvVars(workers.Config{}, types.Settings{})},
 				{title: "The webhook type", intro: "The stock event type's options, endpoint, signing and outbound policy ([event-types.md](event-types.md)).", vars: config.EnvVars(webhook.Config{})},
 				{title: "Bridge", intro: "`starter bridge`, and a worker with `FANOUT_BRIDGE=true`; `publish` and `redrive-events` read the topics.", vars: config.EnvVars(starter.Settings{}, starter.Topics{})},
+				{title: "Support", intro: "`starter status` and `starter resend` ([support.md](support.md)).", vars: names("FANOUT_UI_URL", "USER")},
 				{title: "OpenTelemetry", intro: "The variables fanout reads itself to choose its exporters and name its resource ([observability.md](observability.md)); the exporters read the other standard `OTEL_EXPORTER_OTLP_*` variables (headers, timeout, compression, certificates) themselves.", vars: OTelVars},
 				{title: "Go runtime", vars: names("GOGC", "GOMEMLIMIT")},
 			}},

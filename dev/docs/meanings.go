@@ -70,6 +70,8 @@ var Meanings = map[string]string{
 	"FANOUT_RETRY_INITIAL":        "first delivery retry delay (jittered)",
 	"FANOUT_RETRY_MAX":            "largest delivery retry delay (a `Retry-After` is honoured up to 10 minutes)",
 	"FANOUT_LOW_PRIORITY_BRAKE":   "while other priorities deliver, this worker delivers low-priority events at most this fast (`500/s`, `off`)",
+	"FANOUT_UI_URL":               "the Temporal UI's base address (`http://localhost:8233`, `https://cloud.temporal.io`): `starter status` links each recipient's batch workflow there (`ui_url`); unset: no links",
+	"USER":                        "who asked for a `starter resend` (`-by`'s default; else the OS's user), kept in the resend workflow's memo",
 	"FANOUT_TYPES_FILE":           "a types file (YAML or JSON) whose event types are registered beside `webhook`; the bridge accepts them too",
 
 	// The webhook type.

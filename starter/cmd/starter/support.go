@@ -156,7 +156,7 @@ those delivered, as one DeliveryBatch workflow (id fanout/<type>/<id>/resend/<na
 asked and why) with the same webhook-id as the original delivery, so a receiver that processed
 it can drop it. Addresses come from the event's own recipients source, looked up by the worker.
 Recipients 'starter status' calls unknown are refused, unless -address is given for one.`, starter.MaxResendRecipients),
-		Env: append(supportEnv(), cli.EnvGroup{Title: "The workers' outbound policy", Vars: config.EnvVars(outboundOnly{})})}
+		Env: append(supportEnv(), cli.EnvGroup{Title: "The workers' outbound policy", Vars: config.EnvVars(webhook.Outbound{})})}
 	if err := cli.Parse(fs, args, h, false); err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ Recipients 'starter status' calls unknown are refused, unless -address is given 
 	if o.Rate <= 0 {
 		return cli.Usagef("-rate %v: want more than 0", o.Rate)
 	}
-	var ob outboundOnly
+	var ob webhook.Outbound // checked by Load
 	if err := config.Load(&ob); err != nil {
 		return err
 	}
@@ -212,12 +212,6 @@ Recipients 'starter status' calls unknown are refused, unless -address is given 
 	}
 	fmt.Printf("resend: delivered %d, skipped %d, failed %d (dead-lettered %d)\n", out.Delivered, out.Duplicates, out.Failed, out.DeadLettered)
 	return nil
-}
-
-// outboundOnly is the one setting of the webhook type a resend reads: the
-// outbound policy an operator's -address must pass.
-type outboundOnly struct {
-	OutboundAllow string `env:"FANOUT_OUTBOUND_ALLOW"`
 }
 
 // currentUser is the user of the environment ($USER, else the OS's).
