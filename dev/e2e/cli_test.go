@@ -708,8 +708,8 @@ func TestSetupSearchAttributes(t *testing.T) {
 	})
 
 	want := vocab.SearchAttributes()
-	if len(want) != 7 {
-		t.Fatalf("fanout has %d search attributes, want 7 (3 Keyword, 3 Int, FanoutScheduledFor)", len(want))
+	if len(want) != 8 {
+		t.Fatalf("fanout has %d search attributes, want 8 (3 Keyword, 3 Int, FanoutScheduledFor, FanoutExpired)", len(want))
 	}
 	first, err := vocab.Ensure(ctx, op, fresh, want)
 	if err != nil {
