@@ -363,9 +363,9 @@ func TestStatusAgreesWithTheDestination(t *testing.T) {
 // worker is SIGKILLed while two calls hang at the destination: the retry
 // does not call them again, and status says unconfirmed for them (called
 // once, never answered), delivered for those the destination answered and
-// fanout marked, and unconfirmed for any answered in the instant before the
-// kill whose mark was not yet written (called once too): never a second
-// call.
+// fanout marked, and unconfirmed for any other in flight at the kill
+// (marked sending; called and answered before its mark was written, or not
+// called yet): never a second call.
 func TestStatusAtMostOnceKilledMidBatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -417,11 +417,12 @@ func TestStatusAtMostOnceKilledMidBatch(t *testing.T) {
 				t.Errorf("%s: %s; destination %d calls, %d ok; want unconfirmed after 1 call, no answer", r, s.State, calls, ok)
 			}
 		case s.State == starter.StateUnconfirmed:
-			// Answered, but the kill came before its delivered mark was
-			// written (marks are written in groups): fanout cannot know,
-			// and does not call it again.
-			if calls != 1 {
-				t.Errorf("%s: unconfirmed; destination %d calls; want exactly 1", r, calls)
+			// In flight at the kill: marked sending, then either called
+			// and answered before its delivered mark was written (marks
+			// are written in groups) or not called yet. fanout cannot
+			// know which, and does not call it again.
+			if calls > 1 {
+				t.Errorf("%s: unconfirmed; destination %d calls; want at most 1", r, calls)
 			}
 		default:
 			if s.State != starter.StateDelivered || ok != 1 || calls != 1 {
