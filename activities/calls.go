@@ -238,15 +238,31 @@ func (t *turns) settle(k *keyTurn) {
 }
 
 // keyHeap orders keys by pass, then by arrival.
-type keyHeap = indexedHeap[*keyTurn]
+type keyHeap []*keyTurn
 
-func (k *keyTurn) before(o *keyTurn) bool {
-	if k.pass != o.pass {
-		return k.pass < o.pass
+func (h keyHeap) Len() int { return len(h) }
+func (h keyHeap) Less(i, j int) bool {
+	if h[i].pass != h[j].pass {
+		return h[i].pass < h[j].pass
 	}
-	return k.first < o.first
+	return h[i].first < h[j].first
 }
-func (k *keyTurn) setIndex(i int) { k.index = i }
+func (h keyHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *keyHeap) Push(x any) {
+	k := x.(*keyTurn)
+	k.index = len(*h)
+	*h = append(*h, k)
+}
+func (h *keyHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return k
+}
 
 // waiter is a batch waiting for a call.
 type waiter struct {
@@ -258,41 +274,28 @@ type waiter struct {
 }
 
 // waiterHeap orders waiters by recipients left, then arrival.
-type waiterHeap = indexedHeap[*waiter]
+type waiterHeap []*waiter
 
-func (w *waiter) before(o *waiter) bool {
-	if w.left != o.left {
-		return w.left < o.left
+func (h waiterHeap) Len() int { return len(h) }
+func (h waiterHeap) Less(i, j int) bool {
+	if h[i].left != h[j].left {
+		return h[i].left < h[j].left
 	}
-	return w.seq < o.seq
+	return h[i].seq < h[j].seq
 }
-func (w *waiter) setIndex(i int) { w.index = i }
-
-// indexedHeap is a container/heap of items that keep their own index (for
-// heap.Remove and heap.Fix), ordered by their before.
-type indexedHeap[T interface {
-	before(T) bool
-	setIndex(int)
-}] []T
-
-func (h indexedHeap[T]) Len() int           { return len(h) }
-func (h indexedHeap[T]) Less(i, j int) bool { return h[i].before(h[j]) }
-func (h indexedHeap[T]) Swap(i, j int) {
+func (h waiterHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].setIndex(i)
-	h[j].setIndex(j)
+	h[i].index, h[j].index = i, j
 }
-func (h *indexedHeap[T]) Push(x any) {
-	it := x.(T)
-	it.setIndex(len(*h))
-	*h = append(*h, it)
+func (h *waiterHeap) Push(x any) {
+	w := x.(*waiter)
+	w.index = len(*h)
+	*h = append(*h, w)
 }
-func (h *indexedHeap[T]) Pop() any {
+func (h *waiterHeap) Pop() any {
 	old := *h
-	n := len(old) - 1
-	it := old[n]
-	var zero T
-	old[n] = zero
-	*h = old[:n]
-	return it
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return w
 }
