@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"sync"
@@ -31,12 +30,32 @@ import (
 // first served among equals), so an event's batches finish one after
 // another, each freeing its slot for the next (shared evenly, batches
 // started together would all end together, late).
+//
+// A batch runs more callers than its concurrency when the pool has calls
+// no one waits for, or while its event holds less than its share of the
+// pool (mayGrow): a small event beside big ones, or a high one beside
+// normal ones, is not held to its concurrency while the others hold the
+// rest of the budget.
 type Calls struct {
 	size  int
 	mu    sync.Mutex
 	free  int
 	seq   uint64
 	ranks [3]turns // by priorityRank
+	// held counts the calls each event holds, by priority and key.
+	held map[holder]*holding
+}
+
+// holder is whose calls are counted: a fairness key in a priority.
+type holder struct {
+	rank int
+	key  string
+}
+
+// holding is the calls a holder has, and its weight.
+type holding struct {
+	n      int
+	weight float64
 }
 
 // NewCalls is a pool of n calls in flight (at least 1).
@@ -47,6 +66,14 @@ func NewCalls(n int) *Calls { return &Calls{size: max(n, 1), free: max(n, 1)} }
 type share struct {
 	key    string
 	weight float64
+}
+
+// w is the share's weight (not positive: 1).
+func (s share) w() float64 {
+	if s.weight > 0 {
+		return s.weight
+	}
+	return 1
 }
 
 // shareOf is the share of the batch running in ctx: the fairness of its
@@ -73,15 +100,65 @@ func (c *Calls) capacity() int {
 	return c.size
 }
 
-// spare reports whether no batch waits for a call: one more caller for a
-// batch takes nothing from the others.
-func (c *Calls) spare() bool {
+// mayGrow reports whether a batch of priority p and share sh, holding a
+// call it has no free caller for, may start one more caller: when no
+// batch waits for a call (the call takes nothing from the others), or
+// when its event holds less than its share of the pool. The share is the
+// pool's size in proportion to the event's weight among the events that
+// hold or wait for calls at its priority or above (a high event beside
+// normal ones: the whole pool).
+func (c *Calls) mayGrow(p fanout.Priority, sh share) bool {
 	if c == nil {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.noneWaitingUpTo(len(c.ranks) - 1)
+	if c.noneWaitingUpTo(len(c.ranks) - 1) {
+		return true
+	}
+	rank := priorityRank(p)
+	mine := c.held[holder{rank, sh.key}]
+	if mine == nil {
+		return true // holds nothing: under any share
+	}
+	total := 0.0
+	for h, x := range c.held {
+		if h.rank <= rank {
+			total += x.weight
+		}
+	}
+	for r := 0; r <= rank; r++ {
+		for key, k := range c.ranks[r].byKey {
+			if c.held[holder{r, key}] == nil {
+				total += 1 / k.stride
+			}
+		}
+	}
+	return float64(mine.n) < float64(c.size)*mine.weight/total
+}
+
+// take counts a call granted to rank's sh (mu held).
+func (c *Calls) take(rank int, sh share) {
+	h := holder{rank, sh.key}
+	x := c.held[h]
+	if x == nil {
+		if c.held == nil {
+			c.held = make(map[holder]*holding)
+		}
+		x = &holding{weight: sh.w()}
+		c.held[h] = x
+	}
+	x.n++
+}
+
+// give uncounts a call rank's sh returns (mu held).
+func (c *Calls) give(rank int, sh share) {
+	h := holder{rank, sh.key}
+	if x := c.held[h]; x != nil {
+		if x.n--; x.n <= 0 {
+			delete(c.held, h)
+		}
+	}
 }
 
 // priorityRank orders the waiters: high first.
@@ -108,11 +185,12 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left i
 	c.mu.Lock()
 	if c.free > 0 && c.noneWaitingUpTo(rank) {
 		c.free--
+		c.take(rank, sh)
 		c.mu.Unlock()
 		return nil
 	}
 	c.seq++
-	w := &waiter{ready: make(chan struct{}), left: left, seq: c.seq}
+	w := &waiter{ready: make(chan struct{}), left: left, seq: c.seq, rank: rank, share: sh}
 	c.ranks[rank].push(w, sh)
 	c.mu.Unlock()
 	select {
@@ -123,7 +201,7 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left i
 		select {
 		case <-w.ready: // granted as we gave up: hand it on
 			c.mu.Unlock()
-			c.release()
+			c.release(p, sh)
 		default:
 			c.ranks[rank].remove(w)
 			c.mu.Unlock()
@@ -142,16 +220,18 @@ func (c *Calls) noneWaitingUpTo(rank int) bool {
 	return true
 }
 
-// release returns a call: to the waiter whose turn it is in the highest
-// priority waiting, else to the pool.
-func (c *Calls) release() {
+// release returns a call taken for priority p and share sh: to the waiter
+// whose turn it is in the highest priority waiting, else to the pool.
+func (c *Calls) release(p fanout.Priority, sh share) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.give(priorityRank(p), sh)
 	for r := range c.ranks {
 		if w := c.ranks[r].pop(); w != nil {
+			c.take(w.rank, w.share)
 			close(w.ready)
 			return
 		}
@@ -198,7 +278,7 @@ func (t *turns) push(w *waiter, sh share) {
 		if t.byKey == nil {
 			t.byKey = make(map[string]*keyTurn)
 		}
-		k = &keyTurn{key: sh.key, pass: t.now, stride: 1 / cmp.Or(max(sh.weight, 0), 1), first: w.seq}
+		k = &keyTurn{key: sh.key, pass: t.now, stride: 1 / sh.w(), first: w.seq}
 		t.byKey[sh.key] = k
 		heap.Push(&t.keys, k)
 	}
@@ -269,6 +349,8 @@ type waiter struct {
 	ready chan struct{}
 	left  int    // the batch's recipients left
 	seq   uint64 // arrival
+	rank  int
+	share share
 	turn  *keyTurn
 	index int // in its key's heap
 }

@@ -71,8 +71,11 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	}
 
 	want := []string{"high-1", "normal-1", "normal-2", "low-1", "low-2"}
+	prio := map[string]fanout.Priority{"high": fanout.PriorityHigh, "normal": fanout.PriorityNormal, "low": fanout.PriorityLow}
+	holder := fanout.PriorityLow
 	for _, w := range want {
-		c.release()
+		c.release(holder, share{})
+		holder = prio[strings.SplitN(w, "-", 2)[0]]
 		select {
 		case g := <-got:
 			if g != w {
@@ -82,9 +85,9 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 			t.Fatalf("no waiter got the call, want %s", w)
 		}
 	}
-	c.release()
-	if c.free != 1 {
-		t.Fatalf("%d calls free after all returned, want 1", c.free)
+	c.release(holder, share{})
+	if c.free != 1 || len(c.held) != 0 {
+		t.Fatalf("%d calls free after all returned (want 1), held by %v", c.free, c.held)
 	}
 }
 
@@ -117,7 +120,7 @@ func TestCallsServeTheShortestBatchFirst(t *testing.T) {
 		}
 	}
 	for _, want := range []int{40, 700, 9000} {
-		c.release()
+		c.release(fanout.PriorityNormal, share{})
 		if g := <-got; g != want {
 			t.Fatalf("the call went to the batch with %d left, want %d", g, want)
 		}
@@ -156,19 +159,21 @@ func TestCallsTakeTurnsByFairnessKey(t *testing.T) {
 			}
 		}
 	}
+	big, small, heavy := share{key: "big", weight: 1}, share{key: "small", weight: 1}, share{key: "heavy", weight: 2}
+	holder := share{}
 	next := func() string {
 		t.Helper()
-		c.release()
+		c.release(fanout.PriorityNormal, holder)
 		select {
 		case g := <-got:
 			queued--
+			holder = map[string]share{"big": big, "small": small, "heavy": heavy}[strings.SplitN(g, "-", 2)[0]]
 			return g
 		case <-time.After(5 * time.Second):
 			t.Fatal("no waiter got the call")
 			return ""
 		}
 	}
-	big, small, heavy := share{key: "big", weight: 1}, share{key: "small", weight: 1}, share{key: "heavy", weight: 2}
 	for i := range 6 {
 		wait(fmt.Sprintf("big-%d", i), big, 100+i)
 	}
@@ -204,10 +209,68 @@ func TestCallsTakeTurnsByFairnessKey(t *testing.T) {
 	for queued > 0 {
 		next()
 	}
-	c.release()
+	c.release(fanout.PriorityNormal, holder)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.free != 1 || len(c.ranks[1].byKey) != 0 || c.ranks[1].keys.Len() != 0 {
+	if c.free != 1 || len(c.held) != 0 || len(c.ranks[1].byKey) != 0 || c.ranks[1].keys.Len() != 0 {
 		t.Fatalf("after every waiter was served: %d free, %d keys left", c.free, len(c.ranks[1].byKey))
+	}
+}
+
+// A batch grows beyond its concurrency while no one waits for a call, or
+// while its event holds less than its share of the pool: the pool's size
+// by weight among the events holding or waiting at its priority or above.
+// A small event beside a big one grows to half the pool (three quarters at
+// weight 3); a high one beside normal ones, to all of it; the big one, over
+// its share, does not.
+func TestCallsGrowToTheEventsShare(t *testing.T) {
+	ctx := context.Background()
+	n := fanout.PriorityNormal
+	big, small, heavySmall, urgent := share{key: "big", weight: 1}, share{key: "small", weight: 1}, share{key: "small", weight: 3}, share{key: "urgent", weight: 1}
+	// pool holds calls for each (priority, share, count), then queues a
+	// waiter of the big event: the pool is full and contended.
+	pool := func(holds ...any) *Calls {
+		c := NewCalls(8)
+		for i := 0; i < len(holds); i += 3 {
+			for range holds[i+2].(int) {
+				if err := c.acquire(ctx, holds[i].(fanout.Priority), holds[i+1].(share), 100); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if !c.mayGrow(n, big) {
+			t.Fatal("with no one waiting, a batch may not grow")
+		}
+		go func() { _ = c.acquire(ctx, n, big, 900) }()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			c.mu.Lock()
+			w := c.ranks[1].len()
+			c.mu.Unlock()
+			if w == 1 {
+				return c
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the big event's wait never queued")
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		c     *Calls
+		p     fanout.Priority
+		sh    share
+		grows bool
+	}{
+		{"big event over its half", pool(n, big, 6, n, small, 2), n, big, false},
+		{"small event under its half", pool(n, big, 6, n, small, 2), n, small, true},
+		{"small event at its half", pool(n, big, 4, n, small, 4), n, small, false},
+		{"small event of weight 3 under its three quarters", pool(n, big, 4, n, heavySmall, 4), n, heavySmall, true},
+		{"small event of weight 3 at its three quarters", pool(n, big, 2, n, heavySmall, 6), n, heavySmall, false},
+		{"a third event holding nothing", pool(n, big, 6, n, small, 2), n, share{key: "new", weight: 1}, true},
+		{"high event beside normal ones", pool(n, big, 5, fanout.PriorityHigh, urgent, 3), fanout.PriorityHigh, urgent, true},
+	} {
+		if got := tc.c.mayGrow(tc.p, tc.sh); got != tc.grows {
+			t.Errorf("%s: mayGrow %v, want %v", tc.name, got, tc.grows)
+		}
 	}
 }

@@ -147,13 +147,13 @@ func (d *deliveries) call(ctx context.Context) error {
 		derr := errNotCalled
 		call, err := a.markSending(ctx, d.in, r.ID) // at most once: mark, then call
 		if err != nil {
-			a.Calls.release()
+			a.Calls.release(d.in.Priority, d.share)
 			return err
 		}
 		if call {
 			derr = d.feed.deliver(ctx, d.h, d.in, j) // h.Deliver, timed (metrics.go), through the breaker
 		}
-		a.Calls.release()
+		a.Calls.release(d.in.Priority, d.share)
 		o := outcome{r: r, err: derr}
 		if derr != nil {
 			o.retryAfter, _ = fanout.RetryAfterOf(derr)
@@ -230,12 +230,12 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 			return left, braked, nil
 		}
 		if hasDeadline && time.Now().After(yield) { // waited for the call past the yield
-			a.Calls.release()
+			a.Calls.release(d.in.Priority, d.share)
 			return leftOver{n: src.remaining()}, braked, nil
 		}
 		j, ok, err := src.next(fctx)
 		if !ok {
-			a.Calls.release()
+			a.Calls.release(d.in.Priority, d.share)
 			switch {
 			case yielded(err):
 				return leave(err), braked, nil
@@ -251,18 +251,19 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 }
 
 // handOver gives j, with the call the feed took for it, to a free caller.
-// When every caller is busy and no other batch waits for a call, it starts
-// one more caller (up to maxCallers) rather than leave the call idle: a
-// batch uses what the worker's budget has spare beyond its concurrency (the
-// tail of an event, a lone big batch), and gives it back as calls end.
-// false: the callers stopped.
+// When every caller is busy it starts one more caller (up to maxCallers)
+// if no other batch waits for a call or its event holds less than its
+// share of the pool (Calls.mayGrow): a batch uses what the worker's budget
+// has spare beyond its concurrency (the tail of an event, a lone big
+// batch), and a small or high event beside big ones takes its share of the
+// calls rather than its concurrency. false: the callers stopped.
 func (d *deliveries) handOver(gctx context.Context, j delivery) bool {
 	select {
 	case d.work <- j:
 		return true
 	default:
 	}
-	if d.callers < d.maxCallers && d.a.Calls.spare() {
+	if d.callers < d.maxCallers && d.a.Calls.mayGrow(d.in.Priority, d.share) {
 		d.callers++
 		d.more()
 	}
@@ -270,7 +271,7 @@ func (d *deliveries) handOver(gctx context.Context, j delivery) bool {
 	case d.work <- j:
 		return true
 	case <-gctx.Done():
-		d.a.Calls.release()
+		d.a.Calls.release(d.in.Priority, d.share)
 		return false
 	}
 }
