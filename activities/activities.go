@@ -592,7 +592,9 @@ func (b *batch) finish() (DeliverBatchResult, error) {
 		// delivered and goes on, when its next delivery is due.
 		return DeliverBatchResult{}, temporal.NewApplicationErrorWithOptions(
 			fmt.Sprintf("%s: %d of %d recipients left to the next attempt", leftWhy(in, res.Destinations), b.left.n, len(in.Recipients)),
-			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: b.left.retryDelay(time.Now())})
+			// Benign: expected under normal operation, so the SDK logs it
+			// at debug, not as an activity error, and counts no failure.
+			ErrDeliveryRetry, temporal.ApplicationErrorOptions{NextRetryDelay: b.left.retryDelay(time.Now()), Category: temporal.ApplicationErrorCategoryBenign})
 	}
 	if len(b.giveUp) > 0 && a.Logger != nil {
 		a.Logger.WarnContext(ctx, "batch finished with dead letters", "event", in.Event.ID, "attempt_id", in.AttemptID, "failed", res.Failed)
