@@ -48,6 +48,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -234,7 +235,7 @@ func (t *Telemetry) setupMetrics(ctx context.Context, res *resource.Resource, o 
 		t.MeterProvider = metricnoop.NewMeterProvider()
 		return nil
 	}
-	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithView(sdkLatencyView)}
 	if o.metricsAddr != "" {
 		pe, err := t.prometheusReader()
 		if err != nil {
@@ -250,12 +251,28 @@ func (t *Telemetry) setupMetrics(ctx context.Context, res *resource.Resource, o 
 	t.MeterProvider = mp
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 	t.MetricsHandler = temporalotel.NewMetricsHandler(temporalotel.MetricsHandlerOptions{
-		Meter:                mp.Meter("temporal-sdk-go"),
+		Meter:                mp.Meter(sdkMeter),
 		UseMonotonicCounters: true,
 		OnError:              func(err error) { log.Warn("temporal metrics", "err", err) },
 	})
 	return nil
 }
+
+// sdkMeter is the meter the Temporal SDK's metrics are recorded by.
+const sdkMeter = "temporal-sdk-go"
+
+// sdkLatencyBuckets are the boundaries, in seconds, of the Temporal SDK's
+// latency histograms (schedule-to-start, execution, poll and request
+// latencies). The SDK gives its timers no boundaries, and OpenTelemetry's
+// default ones (0, 5, 10, 25, ... 10000) suit milliseconds: every latency
+// fell in the first bucket, and the dashboard's percentiles read ~4.75 s.
+var sdkLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// sdkLatencyView gives the SDK's histograms sdkLatencyBuckets.
+var sdkLatencyView = sdkmetric.NewView(
+	sdkmetric.Instrument{Kind: sdkmetric.InstrumentKindHistogram, Scope: instrumentation.Scope{Name: sdkMeter}},
+	sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: sdkLatencyBuckets}},
+)
 
 // prometheusReader makes the registry /metrics serves, with the Go runtime
 // and process collectors, and the reader that exports the meter

@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"regexp"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -197,6 +198,14 @@ func TestMetricsServed(t *testing.T) {
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	// The SDK's latencies are in seconds: the 40 ms one is above the
+	// 25 ms bucket and within the 50 ms one (OpenTelemetry's default
+	// boundaries, made for milliseconds, put it below 5 s).
+	for _, want := range []string{`le="0.025"[^}]*\} 0\b`, `le="0.05"[^}]*\} 1\b`} {
+		if !regexp.MustCompile(`temporal_test_latency_seconds_bucket\{[^}]*` + want).MatchString(body) {
+			t.Errorf("/metrics has no temporal_test_latency_seconds_bucket matching %s", want)
 		}
 	}
 	if t.Failed() {
