@@ -116,11 +116,6 @@ func WriteFigures(w io.Writer, f footprint.Figures) error {
 		fmt.Fprintf(&b, "%s per batch. The test counted %s per batch of a big event, whose parent also spends Actions on pages\nand its own start (shared by its batches).\n\n", num(sumHand(h)+2+hb), num(f.PerBatch.ActionsTotal))
 		writeHand(&b, h)
 	}
-	b.WriteString("\n## The bench, plotted\n\n")
-	b.WriteString("![Deliveries/s per scenario beside the floor, latency percentiles, and deliveries/s by delivery workers](img/bench.svg)\n\n")
-	b.WriteString("A small run of the bench (`go tool task bench -- -quick -plot FILE`): deliveries/s per scenario beside the\n")
-	b.WriteString("floor (the client and the sink alone, no fanout), the latency percentiles of the scenarios of small events, and how\n")
-	b.WriteString("deliveries/s grow with delivery workers against a slow destination.\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -6,6 +6,8 @@
 //	    Grafana dashboard drawn from the demo's metrics (dashboard.png)
 //	pictures figures -in FILE [-out docs/performance-figures.md]
 //	    the footprint test's figures (FOOTPRINT_FIGURES=FILE) as Markdown
+//	pictures bench -in FILE [-out docs/performance-bench.md]
+//	    one bench run's rows (bench -json FILE) as one table
 package main
 
 import (
@@ -22,7 +24,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: pictures screenshots|figures [flags] (-h for each)")
+		fmt.Fprintln(os.Stderr, "usage: pictures screenshots|figures|bench [flags] (-h for each)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -43,8 +45,14 @@ func main() {
 		out := fs.String("out", "docs/performance-figures.md", "the Markdown to write")
 		_ = fs.Parse(args)
 		err = figures(*in, *out)
+	case "bench":
+		fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+		in := fs.String("in", "", "the bench run's rows (bench -json FILE)")
+		out := fs.String("out", "docs/performance-bench.md", "the Markdown to write")
+		_ = fs.Parse(args)
+		err = bench(*in, *out)
 	default:
-		fmt.Fprintf(os.Stderr, "pictures: unknown command %q (screenshots, figures)\n", cmd)
+		fmt.Fprintf(os.Stderr, "pictures: unknown command %q (screenshots, figures, bench)\n", cmd)
 		os.Exit(2)
 	}
 	if err != nil {
@@ -66,6 +74,25 @@ func figures(in, out string) error {
 		return err
 	}
 	if err := pictures.WriteFigures(w, f); err != nil {
+		_ = w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+func bench(in, out string) error {
+	if in == "" {
+		return fmt.Errorf("bench: -in is required")
+	}
+	rows, err := pictures.ReadBench(in)
+	if err != nil {
+		return err
+	}
+	w, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if err := pictures.WriteBench(w, rows, pictures.Machine()); err != nil {
 		_ = w.Close()
 		return err
 	}
