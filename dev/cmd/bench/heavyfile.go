@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,14 +53,14 @@ types:
 
 // heavyFile measures heavy's event with fileType against the same event
 // with the environment's webhook type, side by side in this run: after a
-// small unmeasured event of each, four runs in the order webhook, file,
-// file, webhook (so a drift of the machine over the scenario weighs on
-// both alike), each at heavy's size
-// to the same sink. The file's type always signs, so the webhook type's
+// small unmeasured event of each, heavyFilePairs pairs of runs at half
+// heavy's size to the same sink, webhook then file, then file then
+// webhook, and so on. The file's type always signs, so the webhook type's
 // runs sign too (a delivery worker with FANOUT_WEBHOOK_SECRETS replaces the
 // stock one meanwhile, as -secure has it throughout). The row is the file
-// type's (its two runs together); the ratio is its deliveries/s over the
-// webhook type's, and the CPU ratio the same for CPU per delivery.
+// type's (its runs together); the ratio is the median over the pairs of
+// its deliveries/s over the webhook type's, and the CPU ratio the same for
+// CPU per delivery.
 func (b *bench) heavyFile(ctx context.Context) (_ Row, err error) {
 	if b.typesFile == "" {
 		return Row{}, fmt.Errorf("no types file: the workers started without heavy-file")
@@ -89,39 +90,81 @@ func (b *bench) heavyFile(ctx context.Context) (_ Row, err error) {
 	type sum struct {
 		secs, deliveries float64
 		cpu              map[string]float64
-		rates            []float64
 	}
 	runs := map[string]*sum{webhook.EventType: {cpu: map[string]float64{}}, fileType: {cpu: map[string]float64{}}}
 	var last Row
 	var order []string
-	for i, typ := range []string{webhook.EventType, fileType, fileType, webhook.EventType} {
-		r, err := b.heavyRunType(ctx, fmt.Sprintf("heavy-file-%d-%s", i+1, typ), b.sz.heavy, typ)
-		if err != nil {
-			return Row{}, err
+	// Pairs of runs, each pair's order the reverse of the one before
+	// (webhook, file, file, webhook, ...), each run at half heavy's size:
+	// the ratio is the median of the pairs' (a drift of the machine, or a
+	// run slowed by something else on it, weighs on one pair).
+	var ratios, cpuRatios []float64
+	size := max(b.sz.heavy/2, 1)
+	for p := range heavyFilePairs {
+		pair := []string{webhook.EventType, fileType}
+		if p%2 == 1 {
+			pair = []string{fileType, webhook.EventType}
 		}
-		s := runs[typ]
-		s.secs += r.Seconds
-		s.deliveries += float64(r.Size)
-		s.rates = append(s.rates, r.DeliveriesPerSec)
-		for p, v := range r.CPUSeconds {
-			s.cpu[p] += v
+		got := map[string]Row{}
+		for _, typ := range pair {
+			r, err := b.heavyRunType(ctx, fmt.Sprintf("heavy-file-%d-%s", len(order)+1, typ), size, typ)
+			if err != nil {
+				return Row{}, err
+			}
+			s := runs[typ]
+			s.secs += r.Seconds
+			s.deliveries += float64(r.Size)
+			for p, v := range r.CPUSeconds {
+				s.cpu[p] += v
+			}
+			order = append(order, fmt.Sprintf("%s %.0f/s", typ, r.DeliveriesPerSec))
+			got[typ], last = r, r
 		}
-		order = append(order, fmt.Sprintf("%s %.0f/s", typ, r.DeliveriesPerSec))
-		last = r
+		ratios = append(ratios, got[fileType].DeliveriesPerSec/got[webhook.EventType].DeliveriesPerSec)
+		_, fileCPU := perDelivery(got[fileType].CPUSeconds, got[fileType].Size)
+		_, envCPU := perDelivery(got[webhook.EventType].CPUSeconds, got[webhook.EventType].Size)
+		if envCPU > 0 {
+			cpuRatios = append(cpuRatios, fileCPU/envCPU)
+		}
 	}
 	file, env := runs[fileType], runs[webhook.EventType]
-	r := Row{Size: b.sz.heavy, Seconds: file.secs, DeliveriesPerSec: file.deliveries / file.secs, PeakRSSMB: last.PeakRSSMB,
+	r := Row{Size: int(file.deliveries), Seconds: file.secs, DeliveriesPerSec: file.deliveries / file.secs, PeakRSSMB: last.PeakRSSMB,
 		CPUSeconds: roundCPU(file.cpu)}
 	envRate := env.deliveries / env.secs
-	r.Ratio, r.RatioOf = r.DeliveriesPerSec/envRate, "file/env webhook"
+	r.Ratio, r.RatioOf = median(ratios), "file/env webhook, median of pairs"
 	r.CPUUsPerDelivery, r.CPUUsPerDeliveryTotal = perDelivery(file.cpu, int(file.deliveries))
 	_, envCPU := perDelivery(env.cpu, int(env.deliveries))
-	if envCPU > 0 {
-		r.CPURatio, r.CPURatioOf = r.CPUUsPerDeliveryTotal/envCPU, "file/env webhook"
+	if len(cpuRatios) > 0 {
+		r.CPURatio, r.CPURatioOf = median(cpuRatios), "file/env webhook, median of pairs"
 	}
-	r.Notes = fmt.Sprintf("type %s from a types file against webhook from the environment, both signed, same source, sink and defaults; runs in order: %v; webhook %.0f/s, %.1f CPU µs/delivery",
-		fileType, order, envRate, envCPU)
+	r.Notes = fmt.Sprintf("type %s from a types file against webhook from the environment, both signed, same source, sink and defaults; %d pairs of %d-recipient runs, in order: %v; ratios by pair %s; webhook %.0f/s, %.1f CPU µs/delivery",
+		fileType, heavyFilePairs, size, order, fmtRatios(ratios), envRate, envCPU)
 	return r, nil
+}
+
+// heavyFilePairs is how many pairs of runs heavy-file compares.
+const heavyFilePairs = 4
+
+// median is the median of xs (0: none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// fmtRatios lists ratios with two decimals.
+func fmtRatios(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }
 
 // waitPoller waits (at most a minute) until the worker process name polls
