@@ -1,6 +1,7 @@
 package pictures
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -42,5 +43,25 @@ func TestWriteFigures(t *testing.T) {
 	}
 	if err := WriteFigures(&b, footprint.Figures{}); err == nil {
 		t.Error("figures with nothing measured were written")
+	}
+}
+
+// The committed page is what its committed figures render to: regenerated
+// together (go tool task pictures), never edited by hand.
+func TestFiguresPageMatchesItsRun(t *testing.T) {
+	page, err := os.ReadFile("../../docs/performance-figures.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := footprint.ReadFigures("../../docs/img/footprint.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := WriteFigures(&b, f); err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != string(page) {
+		t.Error("docs/performance-figures.md is not docs/img/footprint.json rendered: run go tool task pictures")
 	}
 }

@@ -249,9 +249,9 @@ func (p *Proc) Kill() {
 // little, so with Go's default (GOGC=100) it collected every ~100 MB and
 // spent 5-6 % of its CPU in the collector. The footprint test measured
 // 4.5-4.8 ms of server CPU per small event with it against 5.2-7.2 ms
-// without, in alternated runs. A production server gets the same from
-// GOMEMLIMIT set to its container's memory less headroom (docs/deploy.md).
-// A 256 MiB limit was tried on a 2.1 GHz EPYC VM, where a perf profile put
+// without, in alternated runs. This is the bench's tuning of a dev server
+// sharing two cores, not advice for production servers
+// (docs/performance.md, "The bench's dev server"). A 256 MiB limit was tried on a 2.1 GHz EPYC VM, where a perf profile put
 // ~9 % of the server's CPU in page faults (a heap growing to 1 GiB over
 // fresh pages): a small event in a burst cost 6.5-7.55 ms instead of
 // 8.85-9.2 and light-burst's capacity rose to 108-121 events/s, but the
