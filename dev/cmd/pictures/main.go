@@ -14,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -69,15 +70,7 @@ func figures(in, out string) error {
 	if err != nil {
 		return err
 	}
-	w, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	if err := pictures.WriteFigures(w, f); err != nil {
-		_ = w.Close()
-		return err
-	}
-	return w.Close()
+	return write(out, func(w io.Writer) error { return pictures.WriteFigures(w, f) })
 }
 
 func bench(in, out string) error {
@@ -88,11 +81,16 @@ func bench(in, out string) error {
 	if err != nil {
 		return err
 	}
+	return write(out, func(w io.Writer) error { return pictures.WriteBench(w, rows, pictures.Machine()) })
+}
+
+// write creates out and writes it with fn.
+func write(out string, fn func(io.Writer) error) error {
 	w, err := os.Create(out)
 	if err != nil {
 		return err
 	}
-	if err := pictures.WriteBench(w, rows, pictures.Machine()); err != nil {
+	if err := fn(w); err != nil {
 		_ = w.Close()
 		return err
 	}
