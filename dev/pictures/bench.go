@@ -6,24 +6,26 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 )
 
 // BenchRow is what the docs show of one row of the bench's -json
 // (dev/cmd/bench's Row; the fields left out are the sockets and notes).
 type BenchRow struct {
-	Scenario              string  `json:"scenario"`
-	Size                  int     `json:"size"`
-	Seconds               float64 `json:"seconds"`
-	DeliveriesPerSec      float64 `json:"deliveries_per_sec"`
-	EventsPerSec          float64 `json:"events_per_sec"`
-	P50Ms                 float64 `json:"p50_ms"`
-	P99Ms                 float64 `json:"p99_ms"`
-	Ratio                 float64 `json:"ratio"`
-	RatioOf               string  `json:"ratio_of"`
-	CPUUsPerDeliveryTotal float64 `json:"cpu_us_per_delivery_total"`
-	TemporalMsPerEvent    float64 `json:"temporal_ms_per_event"`
-	TemporalMsPer1000     float64 `json:"temporal_ms_per_1000_deliveries"`
+	Scenario              string             `json:"scenario"`
+	Size                  int                `json:"size"`
+	Seconds               float64            `json:"seconds"`
+	DeliveriesPerSec      float64            `json:"deliveries_per_sec"`
+	EventsPerSec          float64            `json:"events_per_sec"`
+	P50Ms                 float64            `json:"p50_ms"`
+	P99Ms                 float64            `json:"p99_ms"`
+	Ratio                 float64            `json:"ratio"`
+	RatioOf               string             `json:"ratio_of"`
+	CPUUsPerDeliveryTotal float64            `json:"cpu_us_per_delivery_total"`
+	CPUUsPerDelivery      map[string]float64 `json:"cpu_us_per_delivery"`
+	TemporalMsPerEvent    float64            `json:"temporal_ms_per_event"`
+	TemporalMsPer1000     float64            `json:"temporal_ms_per_1000_deliveries"`
 }
 
 // ReadBench reads the rows of a bench run's -json file.
@@ -85,6 +87,7 @@ func WriteBench(w io.Writer, rows []BenchRow, machine string) error {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, thousands(r.Size),
 			perSec(r.DeliveriesPerSec), perSec(r.EventsPerSec), ms(r.P50Ms), ms(r.P99Ms), ratio, ms(r.CPUUsPerDeliveryTotal), temporal)
 	}
+	writeCPUByProcess(&b, rows)
 	b.WriteString("\n## Plotted\n\n")
 	b.WriteString("![Deliveries/s per scenario beside the floor, latency percentiles, and deliveries/s by delivery workers](img/bench.svg)\n\n")
 	b.WriteString("The same run: deliveries/s per scenario beside the floor (the client and the sink alone, no fanout), the latency\n")
@@ -111,4 +114,43 @@ func ms(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	}
 	return thousands(int(v + 0.5))
+}
+
+// writeCPUByProcess writes the CPU per delivery of each process, for the
+// rows that measured it: where a delivery's cost goes.
+func writeCPUByProcess(b *strings.Builder, rows []BenchRow) {
+	var procs []string
+	var with []BenchRow
+	for _, r := range rows {
+		if len(r.CPUUsPerDelivery) == 0 {
+			continue
+		}
+		with = append(with, r)
+		for p := range r.CPUUsPerDelivery {
+			if !slices.Contains(procs, p) {
+				procs = append(procs, p)
+			}
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	slices.Sort(procs)
+	b.WriteString("\n## CPU µs per delivery, by process\n\n")
+	b.WriteString("Each process's CPU time during the scenario divided by its deliveries (the bench's own process includes the\n")
+	b.WriteString("broker; the floor's client is the bench's).\n\n")
+	b.WriteString("| scenario | " + strings.Join(procs, " | ") + " | total |\n")
+	b.WriteString("| --- |" + strings.Repeat(" ---: |", len(procs)+1) + "\n")
+	for _, r := range with {
+		fmt.Fprintf(b, "| `%s` |", r.Scenario)
+		for _, p := range procs {
+			v, ok := r.CPUUsPerDelivery[p]
+			if !ok {
+				b.WriteString(" — |")
+				continue
+			}
+			b.WriteString(" " + ms(v) + " |")
+		}
+		b.WriteString(" " + ms(r.CPUUsPerDeliveryTotal) + " |\n")
+	}
 }
