@@ -663,15 +663,24 @@ func (r *fanoutRun) releaseLane(p batchPace, size int64) {
 // pace.
 func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities.BatchRef, pace batchPace) {
 	ctx, st, opts := r.ctx, r.st, r.st.Options
+	size := int64(len(recips))
+	if ref != nil {
+		size = int64(ref.Count)
+	}
+	// The batch and its activity dispatch fairly against other events'
+	// on the delivery queue (the activity inherits it); a large one after
+	// every small one queued (vocab.LargeBatchPriorityKey).
+	prio := vocab.Fairness(r.in.Event, opts.FairnessWeight)
+	if size > int64(opts.BatchSize) {
+		prio.PriorityKey = vocab.LargeBatchPriorityKey
+	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            vocab.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
 		TaskQueue:             vocab.DeliveryTaskQueue(st.Priority),
 		WorkflowRunTimeout:    batchRunTimeout,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		// The batch and its activity dispatch fairly against other events'
-		// on the delivery queue (the activity inherits it).
-		Priority: vocab.Fairness(r.in.Event, opts.FairnessWeight),
+		Priority:              prio,
 	})
 	bin := r.batchInput(n, recips, ref)
 	bin.Rate, bin.PaceFrom = pace.share, pace.from
@@ -684,10 +693,6 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	r.pending++
 	r.prog.BatchesStarted++
 	r.prog.PendingBatches = r.pending
-	size := int64(len(recips))
-	if ref != nil {
-		size = int64(ref.Count)
-	}
 	if pace.share > 0 {
 		r.capped++
 		r.committed += pace.share

@@ -146,3 +146,119 @@ func activityStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID s
 	}
 	return out
 }
+
+// TestSmallBatchesGoBeforeQueuedLargeOnes publishes event A, big enough to
+// fill its window (50 batches of 20, then batches of a page, 200), and
+// once its small batches are done and its large ones queued on the normal
+// delivery queue (one batch slot: two batches at once, 20 calls; a sink
+// that answers in 100 ms),
+// event B of 4 small batches. A large batch carries a lower Temporal
+// priority (vocab.LargeBatchPriorityKey): read from the histories, B's
+// batches all start before A's large batches still queued, but for the
+// one dispatched while B was paging; with fairness alone they would take
+// turns with A's.
+func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const small, large, page = 50, 10, 10 * batchSize
+	opts := []string{"FANOUT_BATCH_SIZE=" + strconv.Itoa(batchSize), "FANOUT_PAGE_SIZE=" + strconv.Itoa(page), "FANOUT_LOCAL_DELIVERY_MAX=-1"}
+	if err := s.StartWorker("events", "events", append(opts, "FANOUT_BRIDGE=true")...); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartWorker("delivery", "normal", append(opts, "FANOUT_BATCH_SLOTS=1", "FANOUT_DELIVER_CONCURRENCY=20")...); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SinkClient.SetDelay(ctx, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	stamp := time.Now().UTC().Format("150405")
+	a := stack.Event{ID: "prio-a-" + stamp, Audience: small*batchSize + large*page, Priority: fanout.PriorityNormal}
+	b := stack.Event{ID: "prio-b-" + stamp, Audience: 4 * batchSize, Priority: fanout.PriorityNormal}
+	if err := s.Publish(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	// A's small batches done, its large ones started (queued).
+	waitProgress(ctx, t, s, stack.WorkflowID(a.ID), func(p workflows.Progress) bool {
+		return p.BatchesCompleted >= small && p.BatchesStarted >= small+large/2
+	})
+	published := time.Now()
+	if err := s.Publish(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []stack.Event{a, b} {
+		res, err := s.Wait(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Delivered != int64(e.Audience) {
+			t.Fatalf("%s: delivered %d of %d", e.ID, res.Delivered, e.Audience)
+		}
+	}
+	startsA, startsB := batchStarts(ctx, t, s, a.ID, small+large), batchStarts(ctx, t, s, b.ID, 4)
+	lastB := slices.MaxFunc(startsB, func(x, y time.Time) int { return x.Compare(y) })
+	queuedA, aheadOfB := 0, 0
+	for _, at := range startsA[small:] {
+		if at.After(published) {
+			queuedA++
+			if at.Before(lastB) {
+				aheadOfB++
+			}
+		}
+	}
+	t.Logf("%d of A's large batches were queued when B was published; %d of them started before B's last batch", queuedA, aheadOfB)
+	if queuedA < 3 {
+		t.Fatalf("only %d of A's large batches were queued when B was published: the test did not queue B behind them", queuedA)
+	}
+	if aheadOfB > 1 {
+		t.Errorf("%d of A's queued large batches started before B's last small one: small batches did not go first", aheadOfB)
+	}
+}
+
+// waitProgress waits until the event's progress satisfies ok.
+func waitProgress(ctx context.Context, t *testing.T, s *stack.Stack, wid string, ok func(workflows.Progress) bool) {
+	t.Helper()
+	for {
+		v, err := s.TC.QueryWorkflow(ctx, wid, "", vocab.ProgressQuery)
+		if err == nil {
+			var p workflows.Progress
+			if err := v.Get(&p); err == nil && ok(p) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not get there: %v", wid, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// batchStarts reads, from each of the event's n batch workflows in order,
+// when its first DeliverBatch activity attempt started.
+func batchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID string, n int) []time.Time {
+	t.Helper()
+	out := make([]time.Time, n)
+	for i := range n {
+		wid := vocab.BatchWorkflowID(stack.WorkflowID(eventID), i)
+		it := s.TC.GetWorkflowHistory(ctx, wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				t.Fatal(fmt.Errorf("history of %s: %w", wid, err))
+			}
+			if ev.GetEventType() == enums.EVENT_TYPE_ACTIVITY_TASK_STARTED {
+				out[i] = ev.GetEventTime().AsTime()
+				break
+			}
+		}
+		if out[i].IsZero() {
+			t.Fatalf("%s: no DeliverBatch started", wid)
+		}
+	}
+	return out
+}
