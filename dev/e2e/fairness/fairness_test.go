@@ -7,7 +7,6 @@ package fairness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 
 	"github.com/fanout/fanout"
 	"github.com/fanout/fanout/dev/stack"
@@ -60,21 +58,13 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 	if err := s.Publish(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	waitStarted(ctx, t, s, stack.WorkflowID(a.ID), batches)
+	waitProgress(ctx, t, s, stack.WorkflowID(a.ID), func(p workflows.Progress) bool { return p.BatchesStarted >= batches })
 	published := time.Now()
 	if err := s.Publish(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []stack.Event{a, b} {
-		res, err := s.Wait(ctx, e.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Delivered != int64(e.Audience) {
-			t.Fatalf("%s: delivered %d of %d", e.ID, res.Delivered, e.Audience)
-		}
-	}
-	startsA, startsB := activityStarts(ctx, t, s, a.ID), activityStarts(ctx, t, s, b.ID)
+	waitDelivered(ctx, t, s, a, b)
+	startsA, startsB := batchStarts(ctx, t, s, a.ID, batches), batchStarts(ctx, t, s, b.ID, batches)
 	firstB := slices.MinFunc(startsB, func(x, y time.Time) int { return x.Compare(y) })
 	// A's batches still queued when B was published, and those of them
 	// dispatched before B's first.
@@ -97,54 +87,6 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 	if aheadOfB > queuedA/3 {
 		t.Errorf("%d of A's %d queued batches started before B's first: the queue did not interleave the two events", aheadOfB, queuedA)
 	}
-}
-
-// waitStarted waits until the event's workflow has started n batches.
-func waitStarted(ctx context.Context, t *testing.T, s *stack.Stack, wid string, n int) {
-	t.Helper()
-	for {
-		v, err := s.TC.QueryWorkflow(ctx, wid, "", vocab.ProgressQuery)
-		if err == nil {
-			var p workflows.Progress
-			if err := v.Get(&p); err == nil && p.BatchesStarted >= n {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s did not start %d batches: %v", wid, n, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// activityStarts reads, from each batch workflow of the event, when its
-// first DeliverBatch activity attempt started (the server's dispatch).
-func activityStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID string) []time.Time {
-	t.Helper()
-	var out []time.Time
-	for n := 0; n <= batches; n++ {
-		wid := vocab.BatchWorkflowID(stack.WorkflowID(eventID), n)
-		it := s.TC.GetWorkflowHistory(ctx, wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			ev, err := it.Next()
-			var nf *serviceerror.NotFound
-			if errors.As(err, &nf) {
-				break
-			}
-			if err != nil {
-				t.Fatal(fmt.Errorf("history of %s: %w", wid, err))
-			}
-			if ev.GetEventType() == enums.EVENT_TYPE_ACTIVITY_TASK_STARTED {
-				out = append(out, ev.GetEventTime().AsTime())
-				break
-			}
-		}
-	}
-	if len(out) != batches {
-		t.Fatalf("%s: found %d batches with a started activity, want %d", eventID, len(out), batches)
-	}
-	return out
 }
 
 // TestSmallBatchesGoBeforeQueuedLargeOnes publishes event A, big enough to
@@ -190,15 +132,7 @@ func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
 	if err := s.Publish(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []stack.Event{a, b} {
-		res, err := s.Wait(ctx, e.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Delivered != int64(e.Audience) {
-			t.Fatalf("%s: delivered %d of %d", e.ID, res.Delivered, e.Audience)
-		}
-	}
+	waitDelivered(ctx, t, s, a, b)
 	startsA, startsB := batchStarts(ctx, t, s, a.ID, small+large), batchStarts(ctx, t, s, b.ID, 4)
 	lastB := slices.MaxFunc(startsB, func(x, y time.Time) int { return x.Compare(y) })
 	queuedA, aheadOfB := 0, 0
@@ -261,4 +195,19 @@ func batchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID stri
 		}
 	}
 	return out
+}
+
+// waitDelivered waits until each event has completed, every recipient
+// delivered.
+func waitDelivered(ctx context.Context, t *testing.T, s *stack.Stack, evs ...stack.Event) {
+	t.Helper()
+	for _, e := range evs {
+		res, err := s.Wait(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Delivered != int64(e.Audience) {
+			t.Fatalf("%s: delivered %d of %d", e.ID, res.Delivered, e.Audience)
+		}
+	}
 }
