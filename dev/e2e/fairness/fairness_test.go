@@ -37,21 +37,7 @@ const (
 func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	opts := []string{"FANOUT_BATCH_SIZE=" + strconv.Itoa(batchSize), "FANOUT_PAGE_SIZE=" + strconv.Itoa(10*batchSize), "FANOUT_LOCAL_DELIVERY_MAX=-1"}
-	if err := s.StartWorker("events", "events", append(opts, "FANOUT_BRIDGE=true")...); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.StartWorker("delivery", "normal", append(opts, "FANOUT_BATCH_SLOTS=1")...); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SinkClient.SetDelay(ctx, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
+	s := startStack(ctx, t)
 	stamp := time.Now().UTC().Format("150405")
 	a := stack.Event{ID: "fair-a-" + stamp, Audience: batches * batchSize, Priority: fanout.PriorityNormal}
 	b := stack.Event{ID: "fair-b-" + stamp, Audience: batches * batchSize, Priority: fanout.PriorityNormal}
@@ -102,22 +88,8 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	const small, large, page = 50, 10, 10 * batchSize
-	opts := []string{"FANOUT_BATCH_SIZE=" + strconv.Itoa(batchSize), "FANOUT_PAGE_SIZE=" + strconv.Itoa(page), "FANOUT_LOCAL_DELIVERY_MAX=-1"}
-	if err := s.StartWorker("events", "events", append(opts, "FANOUT_BRIDGE=true")...); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.StartWorker("delivery", "normal", append(opts, "FANOUT_BATCH_SLOTS=1", "FANOUT_DELIVER_CONCURRENCY=20")...); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SinkClient.SetDelay(ctx, 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
+	s := startStack(ctx, t, "FANOUT_DELIVER_CONCURRENCY=20")
 	stamp := time.Now().UTC().Format("150405")
 	a := stack.Event{ID: "prio-a-" + stamp, Audience: small*batchSize + large*page, Priority: fanout.PriorityNormal}
 	b := stack.Event{ID: "prio-b-" + stamp, Audience: 4 * batchSize, Priority: fanout.PriorityNormal}
@@ -151,6 +123,30 @@ func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
 	if aheadOfB > 1 {
 		t.Errorf("%d of A's queued large batches started before B's last small one: small batches did not go first", aheadOfB)
 	}
+}
+
+// startStack starts the stack with an events worker (the bridge inside)
+// and a normal delivery worker of one batch slot (with delivery's extra
+// environment), batches of batchSize and pages of ten batches, no fast
+// path, and a sink that answers in 100 ms.
+func startStack(ctx context.Context, t *testing.T, delivery ...string) *stack.Stack {
+	t.Helper()
+	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	opts := []string{"FANOUT_BATCH_SIZE=" + strconv.Itoa(batchSize), "FANOUT_PAGE_SIZE=" + strconv.Itoa(10*batchSize), "FANOUT_LOCAL_DELIVERY_MAX=-1"}
+	if err := s.StartWorker("events", "events", append(opts, "FANOUT_BRIDGE=true")...); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StartWorker("delivery", "normal", append(append(opts, "FANOUT_BATCH_SLOTS=1"), delivery...)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SinkClient.SetDelay(ctx, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // waitProgress waits until the event's progress satisfies ok.
