@@ -85,7 +85,7 @@ func WriteBench(w io.Writer, rows []BenchRow, machine string) error {
 			temporal = fmt.Sprintf("%.1f ms per 1,000 deliveries", r.TemporalMsPer1000)
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Scenario, thousands(r.Size),
-			perSec(r.DeliveriesPerSec), perSec(r.EventsPerSec), ms(r.P50Ms), ms(r.P99Ms), ratio, ms(r.CPUUsPerDeliveryTotal), temporal)
+			perSec(r.DeliveriesPerSec), perSec(r.EventsPerSec), amount(r.P50Ms), amount(r.P99Ms), ratio, amount(r.CPUUsPerDeliveryTotal), temporal)
 	}
 	writeCPUByProcess(&b, rows)
 	b.WriteString("\n## Plotted\n\n")
@@ -105,8 +105,9 @@ func perSec(v float64) string {
 	return thousands(int(v + 0.5))
 }
 
-// ms is a figure with one decimal below 100, whole above ("—": none).
-func ms(v float64) string {
+// amount is a measured figure (ms, µs) with one decimal below 100, whole
+// above ("—": none).
+func amount(v float64) string {
 	switch {
 	case v == 0:
 		return "—"
@@ -149,8 +150,8 @@ func writeCPUByProcess(b *strings.Builder, rows []BenchRow) {
 				b.WriteString(" — |")
 				continue
 			}
-			b.WriteString(" " + ms(v) + " |")
+			b.WriteString(" " + amount(v) + " |")
 		}
-		b.WriteString(" " + ms(r.CPUUsPerDeliveryTotal) + " |\n")
+		b.WriteString(" " + amount(r.CPUUsPerDeliveryTotal) + " |\n")
 	}
 }
