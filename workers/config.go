@@ -100,7 +100,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("FANOUT_BRIDGE: the bridge in the worker starts events on its own events worker; add events to FANOUT_QUEUES (%s)", strings.Join(c.Queues, ","))
 	}
 	for _, q := range c.Queues {
-		if _, err := vocab.TaskQueue(q); err != nil {
+		if _, err := vocab.TaskQueues(q); err != nil {
 			return fmt.Errorf("FANOUT_QUEUES: %w", err)
 		}
 	}

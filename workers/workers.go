@@ -55,9 +55,10 @@ type Options struct {
 	// default DeliverConcurrency (or DeliverConcurrency when set) calls in
 	// flight, one pool shared by all the batches the worker runs
 	// (activities.Calls), higher priorities first. Each delivery queue
-	// runs up to twice BatchSlots batches at once (SlotsPerBudget), so
-	// that when a batch is down to its last slow calls others keep the
-	// budget busy.
+	// (a priority's small-batch and large-batch queues alike, see
+	// vocab.LargeDeliveryTaskQueue) runs up to twice BatchSlots batches at
+	// once (SlotsPerBudget), so that when a batch is down to its last slow
+	// calls others keep the budget busy.
 	BatchSlots int
 	// LowPrioritySlots is the same for the low-priority queue; 0 means an
 	// eighth of BatchSlots (at least 1), so a huge low-priority event uses
@@ -125,22 +126,26 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 	for _, q := range o.Queues {
-		tq, err := vocab.TaskQueue(q)
+		tqs, err := vocab.TaskQueues(q)
 		if err != nil {
 			return err
 		}
-		w := worker.New(o.Client, tq, workerOptions(q, o, icps))
-		if q == vocab.QueueEvents {
-			w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
-		} else {
-			w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: vocab.DeliveryBatchWorkflow})
+		// A priority's two queues (small and large batches) each get the
+		// queue's batch slots; their calls share the pool (acts.Calls).
+		for _, tq := range tqs {
+			w := worker.New(o.Client, tq, workerOptions(q, o, icps))
+			if q == vocab.QueueEvents {
+				w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
+			} else {
+				w.RegisterWorkflowWithOptions(workflows.DeliveryBatch, workflow.RegisterOptions{Name: vocab.DeliveryBatchWorkflow})
+			}
+			w.RegisterActivity(acts)
+			if err := w.Start(); err != nil {
+				return fmt.Errorf("start worker on %s: %w", tq, err)
+			}
+			started = append(started, w)
+			log.Info("worker started", "task_queue", tq)
 		}
-		w.RegisterActivity(acts)
-		if err := w.Start(); err != nil {
-			return fmt.Errorf("start worker on %s: %w", tq, err)
-		}
-		started = append(started, w)
-		log.Info("worker started", "task_queue", tq)
 	}
 	<-ctx.Done()
 	return nil

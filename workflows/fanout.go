@@ -667,20 +667,23 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 	if ref != nil {
 		size = int64(ref.Count)
 	}
-	// The batch and its activity dispatch fairly against other events'
-	// on the delivery queue (the activity inherits it); a large one after
-	// every small one queued (vocab.LargeBatchPriorityKey).
-	prio := vocab.Fairness(r.in.Event, opts.FairnessWeight)
+	// A large batch runs on its priority's large-batch queue, with slots
+	// of its own (vocab.LargeDeliveryTaskQueue); its activity runs on the
+	// child's queue. (A replayed history keeps the queue it recorded: the
+	// SDK matches a child by its type, not its queue.) The batch and its
+	// activity dispatch fairly against other events' on the queue (the
+	// activity inherits it).
+	tq := vocab.DeliveryTaskQueue(st.Priority)
 	if size > int64(opts.BatchSize) {
-		prio.PriorityKey = vocab.LargeBatchPriorityKey
+		tq = vocab.LargeDeliveryTaskQueue(st.Priority)
 	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            vocab.BatchWorkflowID(workflow.GetInfo(ctx).WorkflowExecution.ID, n),
-		TaskQueue:             vocab.DeliveryTaskQueue(st.Priority),
+		TaskQueue:             tq,
 		WorkflowRunTimeout:    batchRunTimeout,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		Priority:              prio,
+		Priority:              vocab.Fairness(r.in.Event, opts.FairnessWeight),
 	})
 	bin := r.batchInput(n, recips, ref)
 	bin.Rate, bin.PaceFrom = pace.share, pace.from

@@ -108,6 +108,8 @@ type recorder struct {
 
 	childIDs    []string
 	childQueues map[string]bool
+	// childSizes: each child's recipients, by its task queue.
+	childSizes  map[string][]int
 	openKids    int
 	maxOpenKids int
 	// openAtStarts: the children open as each one started (itself included).
@@ -333,11 +335,22 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 			return len(in.Batch.Recipients), nil
 		})
 
-	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
+	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		rec.childIDs = append(rec.childIDs, info.WorkflowExecution.ID)
 		rec.childQueues[info.TaskQueueName] = true
+		var in DeliveryBatchInput
+		if err := args.Get(&in); err == nil {
+			size := len(in.Recipients)
+			if in.Ref != nil {
+				size = in.Ref.Count
+			}
+			if rec.childSizes == nil {
+				rec.childSizes = map[string][]int{}
+			}
+			rec.childSizes[info.TaskQueueName] = append(rec.childSizes[info.TaskQueueName], size)
+		}
 		rec.openKids++
 		rec.maxOpenKids = max(rec.maxOpenKids, rec.openKids)
 		rec.openAtStarts = append(rec.openAtStarts, rec.openKids)
@@ -529,6 +542,41 @@ func TestFanoutPaging(t *testing.T) {
 			// upserts the default priority and the final status.
 			if rec.status != vocab.StatusCompleted || rec.eventType != "" {
 				t.Errorf("search attributes: status %q event type %q", rec.status, rec.eventType)
+			}
+		})
+	}
+}
+
+// TestLargeBatchesRunOnTheirOwnQueue: once an event has filled its window,
+// its page-sized batches (over BatchSize) start on the priority's
+// large-batch queue, and every batch up to BatchSize on its delivery queue,
+// so a small event's batches never wait for a slot a big event's page
+// holds. Staged or inline alike.
+func TestLargeBatchesRunOnTheirOwnQueue(t *testing.T) {
+	for _, staged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("staged %v", staged), func(t *testing.T) {
+			opts := fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 250}
+			fx := fixture{Event: testEvent("ev-large-queue"), Audience: 2345, Options: opts,
+				PageDelay: time.Second, DeliverDelay: time.Minute, Staged: staged}
+			rec := newRecorder()
+			env := newEnv(t, fx, rec)
+			res := runToResult(t, env, FanoutInput{Event: fx.Event})
+			if res.Delivered != 2345 {
+				t.Fatalf("result %+v", res.Progress)
+			}
+			small, large := vocab.DeliveryTaskQueue(fanout.PriorityNormal), vocab.LargeDeliveryTaskQueue(fanout.PriorityNormal)
+			if len(rec.childSizes) != 2 || len(rec.childSizes[small]) == 0 || len(rec.childSizes[large]) == 0 {
+				t.Fatalf("children by queue %v, want some on %s and some on %s", rec.childSizes, small, large)
+			}
+			for _, n := range rec.childSizes[small] {
+				if n > opts.BatchSize {
+					t.Errorf("a batch of %d on %s, over BatchSize %d", n, small, opts.BatchSize)
+				}
+			}
+			for _, n := range rec.childSizes[large] {
+				if n <= opts.BatchSize {
+					t.Errorf("a batch of %d on %s, not over BatchSize %d", n, large, opts.BatchSize)
+				}
 			}
 		})
 	}

@@ -81,18 +81,19 @@ func goStringConsts(t *testing.T, file, typ string) (consts map[string]string, o
 }
 
 // queueNames maps each FANOUT_QUEUES name (events, then the priorities of
-// fanout.go) to its task queue, as workflows/vocab does.
-func queueNames(t *testing.T) map[string]string {
+// fanout.go) to the task queues its workers serve, as workflows/vocab's
+// TaskQueues does: a priority's delivery queue and its large-batch queue.
+func queueNames(t *testing.T) map[string][]string {
 	t.Helper()
 	vocab, _ := goStringConsts(t, vocabFile, "")
 	_, priorities := goStringConsts(t, fanoutFile, "Priority")
-	events, eventsTQ, prefix := vocab["QueueEvents"], vocab["EventsTaskQueue"], vocab["deliveryTaskQueuePrefix"]
-	if events == "" || eventsTQ == "" || prefix == "" || len(priorities) == 0 {
-		t.Fatalf("%s / %s: QueueEvents, EventsTaskQueue, deliveryTaskQueuePrefix or the Priority constants not found; has the code moved?", vocabFile, fanoutFile)
+	events, eventsTQ, prefix, large := vocab["QueueEvents"], vocab["EventsTaskQueue"], vocab["deliveryTaskQueuePrefix"], vocab["largeTaskQueueSuffix"]
+	if events == "" || eventsTQ == "" || prefix == "" || large == "" || len(priorities) == 0 {
+		t.Fatalf("%s / %s: QueueEvents, EventsTaskQueue, deliveryTaskQueuePrefix, largeTaskQueueSuffix or the Priority constants not found; has the code moved?", vocabFile, fanoutFile)
 	}
-	out := map[string]string{events: eventsTQ}
+	out := map[string][]string{events: {eventsTQ}}
 	for _, p := range priorities {
-		out[p] = prefix + p
+		out[p] = []string{prefix + p, prefix + p + large}
 	}
 	return out
 }
@@ -209,7 +210,7 @@ func secretKeys(t *testing.T) (name string, keys map[string]bool) {
 
 // codeFacts is what the checks compare the objects with.
 type codeFacts struct {
-	queues           map[string]string // FANOUT_QUEUES name -> task queue
+	queues           map[string][]string // FANOUT_QUEUES name -> the task queues its workers serve
 	fanoutEnv        map[string]bool
 	temporalEnv      map[string]bool
 	temporalPrefixes []string
@@ -575,7 +576,7 @@ func (f codeFacts) checkEnvNames(env map[string]string) []string {
 }
 
 // checkKEDA: every worker Deployment has one ScaledObject (when KEDA is
-// used) with a temporal trigger on its own task queue, against the Temporal
+// used) with a temporal trigger on each of its own task queues, against the Temporal
 // endpoint and namespace its pods get, with a fallback, at least one replica
 // and an existing TriggerAuthentication reading documented Secret keys.
 func checkKEDA(f codeFacts, ix index, pods []pod) []string {
@@ -613,8 +614,12 @@ func checkKEDA(f codeFacts, ix index, pods []pod) []string {
 		if so.Spec.Fallback == nil || so.Spec.Fallback.Replicas < 1 || so.Spec.Fallback.FailureThreshold < 1 {
 			report("%s: no fallback (replicas to keep while the backlog cannot be read)", w)
 		}
-		if len(so.Spec.Triggers) != 1 {
-			report("%s: want one trigger, got %d", w, len(so.Spec.Triggers))
+		var onQueues []string
+		for _, tr := range so.Spec.Triggers {
+			onQueues = append(onQueues, tr.Metadata["taskQueue"])
+		}
+		if want := f.queues[p.queue]; !slices.Equal(onQueues, want) {
+			report("%s: triggers on task queues %q, but %s serves FANOUT_QUEUES=%s, task queues %q (one trigger each)", w, onQueues, ref.Name, p.queue, want)
 		}
 		for _, tr := range so.Spec.Triggers {
 			md := tr.Metadata
@@ -627,9 +632,6 @@ func checkKEDA(f codeFacts, ix index, pods []pod) []string {
 			}
 			if cmp.Or(md["namespace"], "default") != cmp.Or(p.env["TEMPORAL_NAMESPACE"], "default") {
 				report("%s: namespace %q, but %s's workers use TEMPORAL_NAMESPACE=%q", w, md["namespace"], ref.Name, p.env["TEMPORAL_NAMESPACE"])
-			}
-			if want := f.queues[p.queue]; md["taskQueue"] != want {
-				report("%s: taskQueue %q, but %s serves FANOUT_QUEUES=%s, task queue %q", w, md["taskQueue"], ref.Name, p.queue, want)
 			}
 			qt := strings.Split(md["queueTypes"], ",")
 			if !slices.Contains(qt, "workflow") || !slices.Contains(qt, "activity") {

@@ -364,7 +364,7 @@ func TestCrossChecksFail(t *testing.T) {
 				}
 			}
 		}},
-		{"KEDA on another task queue", "taskQueue \"fanout-delivery-low\"", func(objs []Object) {
+		{"KEDA on another task queue", "task queues [\"fanout-delivery-low\"", func(objs []Object) {
 			find(objs, "ScaledObject", "fanout-worker-delivery-high").(*kedav1alpha1.ScaledObject).Spec.Triggers[0].Metadata["taskQueue"] = "fanout-delivery-low"
 		}},
 		{"KEDA on another Temporal", "endpoint", func(objs []Object) {

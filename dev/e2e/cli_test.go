@@ -532,7 +532,7 @@ func TestCLIBatchTerminateByQuery(t *testing.T) {
 // `temporal task-queue describe` shows the delivery pool's pollers and its
 // backlog (what KEDA's temporal scaler reads).
 func TestCLITaskQueueDescribe(t *testing.T) {
-	for _, tq := range []string{vocab.DeliveryTaskQueue(fanout.PriorityNormal), vocab.EventsTaskQueue} {
+	for _, tq := range []string{vocab.DeliveryTaskQueue(fanout.PriorityNormal), vocab.LargeDeliveryTaskQueue(fanout.PriorityNormal), vocab.EventsTaskQueue} {
 		var out struct {
 			Pollers []struct {
 				Identity       string `json:"identity"`

@@ -40,13 +40,3 @@ func FairnessKey(ev fanout.Event) string {
 func Fairness(ev fanout.Event, weight float64) temporal.Priority {
 	return temporal.Priority{FairnessKey: FairnessKey(ev), FairnessWeight: float32(weight)}
 }
-
-// LargeBatchPriorityKey is the Temporal priority key of a large batch (more
-// recipients than its type's BatchSize: a page of an event that has filled
-// its window, TypeOptions.LargeBatchSize), one below the server's default
-// (3), which every other task of fanout's carries. On its delivery queue a
-// small event's batch, or a big event's first ones, are then dispatched
-// before any queued large batch: a small event published beside big ones
-// of its priority waits for the next free batch slot, not for its turn
-// among their queued pages. A server without priorities ignores the key.
-const LargeBatchPriorityKey = 4

@@ -19,15 +19,33 @@ import (
 )
 
 // Task queues. Event processing (the Fanout workflow and its paging
-// activities) runs on EventsTaskQueue; delivery batches run on the task queue
-// of their priority, so each pool scales separately.
+// activities) runs on EventsTaskQueue; delivery batches run on the task queues
+// of their priority, so each pool scales separately. A priority has two:
+// DeliveryTaskQueue for batches of up to a type's BatchSize, and
+// LargeDeliveryTaskQueue for the page-sized batches of events that have
+// filled their window. The workers of a priority serve both.
 const (
 	EventsTaskQueue         = "fanout-events"
 	deliveryTaskQueuePrefix = "fanout-delivery-"
+	largeTaskQueueSuffix    = "-large"
 )
 
 // DeliveryTaskQueue is the task queue of delivery batches of priority p.
 func DeliveryTaskQueue(p fanout.Priority) string { return deliveryTaskQueuePrefix + string(p) }
+
+// LargeDeliveryTaskQueue is the task queue of the large batches of priority
+// p (more recipients than the type's BatchSize, TypeOptions.LargeBatchSize).
+// Its own queue gives them their own batch slots on a worker: a small
+// event's batch, or a big event's first ones, never wait for a slot held
+// by a big event's page-sized batch, however many of those are queued.
+func LargeDeliveryTaskQueue(p fanout.Priority) string {
+	return DeliveryTaskQueue(p) + largeTaskQueueSuffix
+}
+
+// IsLargeDeliveryTaskQueue reports whether tq is a large-batch queue.
+func IsLargeDeliveryTaskQueue(tq string) bool {
+	return strings.HasPrefix(tq, deliveryTaskQueuePrefix) && strings.HasSuffix(tq, largeTaskQueueSuffix)
+}
 
 // Queue names: how operators name the task queues a worker process serves
 // (FANOUT_QUEUES, the deployment's one Deployment per queue).
@@ -42,17 +60,18 @@ func Queues() []string {
 	return out
 }
 
-// TaskQueue maps a queue name ("events", "high", "normal", "low") to its
-// task queue.
-func TaskQueue(queue string) (string, error) {
+// TaskQueues maps a queue name ("events", "high", "normal", "low") to the
+// task queues its workers serve: the events queue, or a priority's
+// delivery queue and large-batch queue.
+func TaskQueues(queue string) ([]string, error) {
 	if queue == QueueEvents {
-		return EventsTaskQueue, nil
+		return []string{EventsTaskQueue}, nil
 	}
 	p, err := fanout.ParsePriority(queue)
 	if err != nil {
-		return "", fmt.Errorf("queue %q: want %s or a priority: %w", queue, QueueEvents, err)
+		return nil, fmt.Errorf("queue %q: want %s or a priority: %w", queue, QueueEvents, err)
 	}
-	return DeliveryTaskQueue(p), nil
+	return []string{DeliveryTaskQueue(p), LargeDeliveryTaskQueue(p)}, nil
 }
 
 // WorkflowID is the Fanout workflow id of an event: readable, and the same for

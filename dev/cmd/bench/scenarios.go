@@ -358,7 +358,7 @@ func (b *bench) heavyStock(ctx context.Context) (_ Row, err error) {
 func (b *bench) waitPollers(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	queues := []string{vocab.EventsTaskQueue, vocab.DeliveryTaskQueue(fanout.PriorityNormal)}
+	queues := []string{vocab.EventsTaskQueue, vocab.DeliveryTaskQueue(fanout.PriorityNormal), vocab.LargeDeliveryTaskQueue(fanout.PriorityNormal)}
 	for {
 		ready := 0
 		for _, q := range queues {

@@ -50,7 +50,8 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDelivered(ctx, t, s, a, b)
-	startsA, startsB := batchStarts(ctx, t, s, a.ID, batches), batchStarts(ctx, t, s, b.ID, batches)
+	startsA, _ := batchStarts(ctx, t, s, a.ID, batches)
+	startsB, _ := batchStarts(ctx, t, s, b.ID, batches)
 	firstB := slices.MinFunc(startsB, func(x, y time.Time) int { return x.Compare(y) })
 	// A's batches still queued when B was published, and those of them
 	// dispatched before B's first.
@@ -77,14 +78,14 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 
 // TestSmallBatchesGoBeforeQueuedLargeOnes publishes event A, big enough to
 // fill its window (50 batches of 20, then batches of a page, 200), and
-// once its small batches are done and its large ones queued on the normal
-// delivery queue (one batch slot: two batches at once, 20 calls; a sink
-// that answers in 100 ms),
-// event B of 4 small batches. A large batch carries a lower Temporal
-// priority (vocab.LargeBatchPriorityKey): read from the histories, B's
-// batches all start before A's large batches still queued, but for the
-// one dispatched while B was paging; with fairness alone they would take
-// turns with A's.
+// once its small batches are done and its large ones queued (one batch
+// slot: two batches at once per queue, 20 calls; a sink that answers in
+// 100 ms), event B of 4 small batches. Read from the histories: A's large
+// batches ran on the normal priority's large-batch queue
+// (vocab.LargeDeliveryTaskQueue) and B's on the delivery queue, and B's
+// batches all started before A's large batches still queued, but for the
+// one dispatched while B was paging. On one queue with fairness alone
+// they took turns with A's (3 of 8 ahead of B's last).
 func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -105,7 +106,17 @@ func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDelivered(ctx, t, s, a, b)
-	startsA, startsB := batchStarts(ctx, t, s, a.ID, small+large), batchStarts(ctx, t, s, b.ID, 4)
+	startsA, queuesA := batchStarts(ctx, t, s, a.ID, small+large)
+	startsB, queuesB := batchStarts(ctx, t, s, b.ID, 4)
+	for i, q := range append(queuesA, queuesB...) {
+		want := vocab.DeliveryTaskQueue(fanout.PriorityNormal)
+		if small <= i && i < small+large {
+			want = vocab.LargeDeliveryTaskQueue(fanout.PriorityNormal)
+		}
+		if q != want {
+			t.Errorf("batch %d (A's 0..%d, then B's) ran on %s, want %s", i, small+large-1, q, want)
+		}
+	}
 	lastB := slices.MaxFunc(startsB, func(x, y time.Time) int { return x.Compare(y) })
 	queuedA, aheadOfB := 0, 0
 	for _, at := range startsA[small:] {
@@ -169,10 +180,11 @@ func waitProgress(ctx context.Context, t *testing.T, s *stack.Stack, wid string,
 }
 
 // batchStarts reads, from each of the event's n batch workflows in order,
-// when its first DeliverBatch activity attempt started.
-func batchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID string, n int) []time.Time {
+// when its first DeliverBatch activity attempt started and the task queue
+// it was scheduled on.
+func batchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID string, n int) ([]time.Time, []string) {
 	t.Helper()
-	out := make([]time.Time, n)
+	out, queues := make([]time.Time, n), make([]string, n)
 	for i := range n {
 		wid := vocab.BatchWorkflowID(stack.WorkflowID(eventID), i)
 		it := s.TC.GetWorkflowHistory(ctx, wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -180,6 +192,9 @@ func batchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID stri
 			ev, err := it.Next()
 			if err != nil {
 				t.Fatal(fmt.Errorf("history of %s: %w", wid, err))
+			}
+			if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && queues[i] == "" {
+				queues[i] = a.GetTaskQueue().GetName()
 			}
 			if ev.GetEventType() == enums.EVENT_TYPE_ACTIVITY_TASK_STARTED {
 				out[i] = ev.GetEventTime().AsTime()
@@ -190,7 +205,7 @@ func batchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID stri
 			t.Fatalf("%s: no DeliverBatch started", wid)
 		}
 	}
-	return out
+	return out, queues
 }
 
 // waitDelivered waits until each event has completed, every recipient

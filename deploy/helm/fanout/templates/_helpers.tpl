@@ -77,6 +77,12 @@ is a placeholder, refused. */}}
 {{- if eq . "events" }}fanout-events{{ else }}fanout-delivery-{{ . }}{{ end }}
 {{- end }}
 
+{{/* Every task queue a worker pool serves, space-separated: a priority's
+pool serves its delivery queue and its large-batch queue (vocab.TaskQueues). */}}
+{{- define "fanout.taskQueues" -}}
+{{- if eq . "events" }}fanout-events{{ else }}fanout-delivery-{{ . }} fanout-delivery-{{ . }}-large{{ end }}
+{{- end }}
+
 {{/* The path of a key of the mounted Secret. */}}
 {{- define "fanout.secretFile" -}}
 {{- printf "%s/%s" (trimSuffix "/" .root.Values.secretMountPath) .key }}
