@@ -21,7 +21,11 @@ import (
 // needs; a worker runs more batches than the pool needs to stay full
 // (workers.Options.BatchSlots).
 //
-// A free call goes to the highest priority waiting. Within a priority,
+// A free call goes to the highest priority waiting, and within a priority
+// to a small batch before a large one (a big event's page, run from its
+// priority's large-batch queue, vocab.LargeDeliveryTaskQueue): a small
+// event beside big ones of its priority takes the calls as they come free,
+// as a high event does beside normal ones. Within a priority and size,
 // events take turns by their fairness key (the key and weight Temporal
 // dispatches their batches by, vocab.Fairness): each key waiting gets calls
 // in proportion to its weight, so a small event beside big ones of its
@@ -41,12 +45,12 @@ type Calls struct {
 	mu    sync.Mutex
 	free  int
 	seq   uint64
-	ranks [3]turns // by priorityRank
+	ranks [2 * 3]turns // by rankOf
 	// held counts the calls each event holds, by priority and key.
 	held map[holder]*holding
 }
 
-// holder is whose calls are counted: a fairness key in a priority.
+// holder is whose calls are counted: a fairness key in a rank.
 type holder struct {
 	rank int
 	key  string
@@ -62,10 +66,11 @@ type holding struct {
 func NewCalls(n int) *Calls { return &Calls{size: max(n, 1), free: max(n, 1)} }
 
 // share is whose turn a waiter takes: its event's fairness key and weight
-// (0: 1).
+// (0: 1), and whether its batch is a large one.
 type share struct {
 	key    string
 	weight float64
+	large  bool
 }
 
 // w is the share's weight (not positive: 1).
@@ -78,11 +83,13 @@ func (s share) w() float64 {
 
 // shareOf is the share of the batch running in ctx: the fairness of its
 // task (set from the event and its type's FairnessWeight), else its
-// event's key.
+// event's key; large when it runs from a large-batch queue.
 func shareOf(ctx context.Context, ev fanout.Event) share {
 	s := share{key: vocab.FairnessKey(ev), weight: 1}
 	if activity.IsActivity(ctx) {
-		if p := activity.GetInfo(ctx).Priority; p.FairnessKey != "" {
+		info := activity.GetInfo(ctx)
+		s.large = vocab.IsLargeDeliveryTaskQueue(info.TaskQueue)
+		if p := info.Priority; p.FairnessKey != "" {
 			s.key = p.FairnessKey
 			if p.FairnessWeight > 0 {
 				s.weight = float64(p.FairnessWeight)
@@ -105,8 +112,9 @@ func (c *Calls) capacity() int {
 // batch waits for a call (the call takes nothing from the others), or
 // when its event holds less than its share of the pool. The share is the
 // pool's size in proportion to the event's weight among the events that
-// hold or wait for calls at its priority or above (a high event beside
-// normal ones: the whole pool).
+// hold or wait for calls at its rank or above (a high event beside
+// normal ones, or a small event beside big ones' large batches: the whole
+// pool).
 func (c *Calls) mayGrow(p fanout.Priority, sh share) bool {
 	if c == nil {
 		return false
@@ -116,7 +124,7 @@ func (c *Calls) mayGrow(p fanout.Priority, sh share) bool {
 	if c.noneWaitingUpTo(len(c.ranks) - 1) {
 		return true
 	}
-	rank := priorityRank(p)
+	rank := rankOf(p, sh)
 	mine := c.held[holder{rank, sh.key}]
 	if mine == nil {
 		return true // holds nothing: under any share
@@ -161,16 +169,20 @@ func (c *Calls) give(rank int, sh share) {
 	}
 }
 
-// priorityRank orders the waiters: high first.
-func priorityRank(p fanout.Priority) int {
+// rankOf orders the waiters: high first, and within a priority small
+// batches before large ones.
+func rankOf(p fanout.Priority, sh share) int {
+	r := 2
 	switch p {
 	case fanout.PriorityHigh:
-		return 0
+		r = 0
 	case fanout.PriorityLow:
-		return 2
-	default:
-		return 1
+		r = 4
 	}
+	if sh.large {
+		r++
+	}
+	return r
 }
 
 // acquire takes a call for a delivery of priority p, for share sh, from a
@@ -181,7 +193,7 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left i
 	if c == nil {
 		return nil
 	}
-	rank := priorityRank(p)
+	rank := rankOf(p, sh)
 	c.mu.Lock()
 	if c.free > 0 && c.noneWaitingUpTo(rank) {
 		c.free--
@@ -228,7 +240,7 @@ func (c *Calls) release(p fanout.Priority, sh share) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.give(priorityRank(p), sh)
+	c.give(rankOf(p, sh), sh)
 	for r := range c.ranks {
 		if w := c.ranks[r].pop(); w != nil {
 			c.take(w.rank, w.share)

@@ -12,8 +12,9 @@ import (
 	"github.com/fanout/fanout"
 )
 
-// A free call goes to the highest priority waiting, first come first
-// served within one; a waiter that gives up takes nothing with it.
+// A free call goes to the highest priority waiting, within one to a small
+// batch before a large one (a big event's page), first come first served
+// among equals; a waiter that gives up takes nothing with it.
 func TestCallsServePrioritiesFirst(t *testing.T) {
 	c := NewCalls(1)
 	ctx := context.Background()
@@ -23,8 +24,9 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	got := make(chan string, 8)
 	queued := 0
 	wait := func(name string, p fanout.Priority) {
+		sh := share{large: strings.Contains(name, "large")}
 		go func() {
-			if err := c.acquire(ctx, p, share{}, 0); err != nil {
+			if err := c.acquire(ctx, p, sh, 0); err != nil {
 				got <- "error " + err.Error()
 				return
 			}
@@ -34,7 +36,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			c.mu.Lock()
-			n := c.ranks[0].len() + c.ranks[1].len() + c.ranks[2].len()
+			n := c.queued()
 			c.mu.Unlock()
 			if n == queued+1 {
 				queued++
@@ -46,9 +48,12 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	wait("low-large-1", fanout.PriorityLow)
 	wait("low-1", fanout.PriorityLow)
+	wait("normal-large-1", fanout.PriorityNormal)
 	wait("normal-1", fanout.PriorityNormal)
 	wait("low-2", fanout.PriorityLow)
+	wait("high-large-1", fanout.PriorityHigh)
 	wait("high-1", fanout.PriorityHigh)
 	wait("normal-2", fanout.PriorityNormal)
 
@@ -58,7 +63,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	go func() { gaveUp <- c.acquire(cctx, fanout.PriorityHigh, share{}, 0) }()
 	for {
 		c.mu.Lock()
-		n := c.ranks[0].len()
+		n := c.ranks[rankOf(fanout.PriorityHigh, share{})].len()
 		c.mu.Unlock()
 		if n == 2 {
 			break
@@ -70,12 +75,12 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 		t.Fatalf("a canceled wait returned %v", err)
 	}
 
-	want := []string{"high-1", "normal-1", "normal-2", "low-1", "low-2"}
+	want := []string{"high-1", "high-large-1", "normal-1", "normal-2", "normal-large-1", "low-1", "low-2", "low-large-1"}
 	prio := map[string]fanout.Priority{"high": fanout.PriorityHigh, "normal": fanout.PriorityNormal, "low": fanout.PriorityLow}
-	holder := fanout.PriorityLow
+	holder, holderShare := fanout.PriorityLow, share{}
 	for _, w := range want {
-		c.release(holder, share{})
-		holder = prio[strings.SplitN(w, "-", 2)[0]]
+		c.release(holder, holderShare)
+		holder, holderShare = prio[strings.SplitN(w, "-", 2)[0]], share{large: strings.Contains(w, "large")}
 		select {
 		case g := <-got:
 			if g != w {
@@ -85,7 +90,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 			t.Fatalf("no waiter got the call, want %s", w)
 		}
 	}
-	c.release(holder, share{})
+	c.release(holder, holderShare)
 	if c.free != 1 || len(c.held) != 0 {
 		t.Fatalf("%d calls free after all returned (want 1), held by %v", c.free, c.held)
 	}
@@ -109,7 +114,7 @@ func TestCallsServeTheShortestBatchFirst(t *testing.T) {
 		}()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			c.mu.Lock()
-			n := c.ranks[1].len()
+			n := c.ranks[normalRank].len()
 			c.mu.Unlock()
 			if n == i+1 {
 				break
@@ -149,7 +154,7 @@ func TestCallsTakeTurnsByFairnessKey(t *testing.T) {
 		queued++
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			c.mu.Lock()
-			n := c.ranks[1].len()
+			n := c.ranks[normalRank].len()
 			c.mu.Unlock()
 			if n == queued {
 				return
@@ -212,25 +217,27 @@ func TestCallsTakeTurnsByFairnessKey(t *testing.T) {
 	c.release(fanout.PriorityNormal, holder)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.free != 1 || len(c.held) != 0 || len(c.ranks[1].byKey) != 0 || c.ranks[1].keys.Len() != 0 {
-		t.Fatalf("after every waiter was served: %d free, %d keys left", c.free, len(c.ranks[1].byKey))
+	if c.free != 1 || len(c.held) != 0 || len(c.ranks[normalRank].byKey) != 0 || c.ranks[normalRank].keys.Len() != 0 {
+		t.Fatalf("after every waiter was served: %d free, %d keys left", c.free, len(c.ranks[normalRank].byKey))
 	}
 }
 
 // A batch grows beyond its concurrency while no one waits for a call, or
 // while its event holds less than its share of the pool: the pool's size
-// by weight among the events holding or waiting at its priority or above.
+// by weight among the events holding or waiting at its rank or above.
 // A small event beside a big one grows to half the pool (three quarters at
-// weight 3); a high one beside normal ones, to all of it; the big one, over
-// its share, does not.
+// weight 3); a high one beside normal ones, or a small batch beside large
+// ones, to all of it; the big one, over its share, does not.
 func TestCallsGrowToTheEventsShare(t *testing.T) {
 	ctx := context.Background()
 	n := fanout.PriorityNormal
 	big, small, heavySmall, urgent := share{key: "big", weight: 1}, share{key: "small", weight: 1}, share{key: "small", weight: 3}, share{key: "urgent", weight: 1}
+	bigPage := share{key: "big", weight: 1, large: true}
 	// pool holds calls for each (priority, share, count), then queues a
 	// waiter of the big event: the pool is full and contended.
 	pool := func(holds ...any) *Calls {
 		c := NewCalls(8)
+		waiter := holds[1].(share) // the first holder's event waits
 		for i := 0; i < len(holds); i += 3 {
 			for range holds[i+2].(int) {
 				if err := c.acquire(ctx, holds[i].(fanout.Priority), holds[i+1].(share), 100); err != nil {
@@ -238,13 +245,13 @@ func TestCallsGrowToTheEventsShare(t *testing.T) {
 				}
 			}
 		}
-		if !c.mayGrow(n, big) {
+		if !c.mayGrow(n, waiter) {
 			t.Fatal("with no one waiting, a batch may not grow")
 		}
-		go func() { _ = c.acquire(ctx, n, big, 900) }()
+		go func() { _ = c.acquire(ctx, n, waiter, 900) }()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			c.mu.Lock()
-			w := c.ranks[1].len()
+			w := c.ranks[rankOf(n, waiter)].len()
 			c.mu.Unlock()
 			if w == 1 {
 				return c
@@ -268,9 +275,25 @@ func TestCallsGrowToTheEventsShare(t *testing.T) {
 		{"small event of weight 3 at its three quarters", pool(n, big, 2, n, heavySmall, 6), n, heavySmall, false},
 		{"a third event holding nothing", pool(n, big, 6, n, small, 2), n, share{key: "new", weight: 1}, true},
 		{"high event beside normal ones", pool(n, big, 5, fanout.PriorityHigh, urgent, 3), fanout.PriorityHigh, urgent, true},
+		// Beside a big event's large batches, a small batch of its
+		// priority grows to the whole pool, as a high one does.
+		{"small batch beside large ones, over half", pool(n, bigPage, 3, n, small, 5), n, small, true},
+		{"small batch beside small ones, over half", pool(n, big, 3, n, small, 5), n, small, false},
 	} {
 		if got := tc.c.mayGrow(tc.p, tc.sh); got != tc.grows {
 			t.Errorf("%s: mayGrow %v, want %v", tc.name, got, tc.grows)
 		}
 	}
+}
+
+// normalRank is the rank of a small normal-priority batch's waiters.
+var normalRank = rankOf(fanout.PriorityNormal, share{})
+
+// queued is how many wait at every rank.
+func (c *Calls) queued() int {
+	n := 0
+	for i := range c.ranks {
+		n += c.ranks[i].len()
+	}
+	return n
 }
