@@ -40,20 +40,23 @@ import (
 // pool (mayGrow): a small event beside big ones, or a high one beside
 // normal ones, is not held to its concurrency while the others hold the
 // rest of the budget.
+//
+// Going first for a free call is not enough on a busy worker: a batch's
+// feed waits for one call at a time, and each call it does not wait for
+// at that instant goes to the others, whose callers then keep the CPU
+// busy. So while another event holds or waits for calls at a rank before
+// theirs (a higher priority, or a small batch of their priority), the
+// batches behind it yield: together they hold at most an eighth of the
+// pool (yieldShare). An event's own first batches do not hold back its
+// pages.
 type Calls struct {
 	size  int
 	mu    sync.Mutex
 	free  int
 	seq   uint64
 	ranks [2 * 3]turns // by rankOf
-	// held counts the calls each event holds, by priority and key.
-	held map[holder]*holding
-}
-
-// holder is whose calls are counted: a fairness key in a rank.
-type holder struct {
-	rank int
-	key  string
+	// held counts the calls each event holds, by rank and fairness key.
+	held [2 * 3]map[string]*holding
 }
 
 // holding is the calls a holder has, and its weight.
@@ -107,6 +110,43 @@ func (c *Calls) capacity() int {
 	return c.size
 }
 
+// yieldShare is the part of the pool the batches that yield (see Calls)
+// hold at most together: enough to keep them going, little enough that
+// the event they yield to has the worker.
+const yieldShare = 8
+
+// yields reports whether rank's key k yields: another key holds or waits
+// for calls at a rank before rank (mu held).
+func (c *Calls) yields(rank int, k string) bool {
+	other := func(keys int, has bool) bool { return keys > 1 || (keys == 1 && !has) }
+	for r := 0; r < rank; r++ {
+		_, held := c.held[r][k]
+		_, waits := c.ranks[r].byKey[k]
+		if other(len(c.held[r]), held) || other(len(c.ranks[r].byKey), waits) {
+			return true
+		}
+	}
+	return false
+}
+
+// mayTake reports whether rank's key k may take a free call now: it does
+// not yield, or those that yield hold less than their part of the pool
+// (mu held).
+func (c *Calls) mayTake(rank int, k string) bool {
+	if !c.yields(rank, k) {
+		return true
+	}
+	n := 0
+	for r := range c.held {
+		for key, x := range c.held[r] {
+			if c.yields(r, key) {
+				n += x.n
+			}
+		}
+	}
+	return n < max(c.size/yieldShare, 1)
+}
+
 // mayGrow reports whether a batch of priority p and share sh, holding a
 // call it has no free caller for, may start one more caller: when no
 // batch waits for a call (the call takes nothing from the others), or
@@ -125,19 +165,20 @@ func (c *Calls) mayGrow(p fanout.Priority, sh share) bool {
 		return true
 	}
 	rank := rankOf(p, sh)
-	mine := c.held[holder{rank, sh.key}]
+	if c.yields(rank, sh.key) {
+		return false
+	}
+	mine := c.held[rank][sh.key]
 	if mine == nil {
 		return true // holds nothing: under any share
 	}
 	total := 0.0
-	for h, x := range c.held {
-		if h.rank <= rank {
+	for r := 0; r <= rank; r++ {
+		for _, x := range c.held[r] {
 			total += x.weight
 		}
-	}
-	for r := 0; r <= rank; r++ {
 		for key, k := range c.ranks[r].byKey {
-			if c.held[holder{r, key}] == nil {
+			if c.held[r][key] == nil {
 				total += 1 / k.stride
 			}
 		}
@@ -147,24 +188,22 @@ func (c *Calls) mayGrow(p fanout.Priority, sh share) bool {
 
 // take counts a call granted to rank's sh (mu held).
 func (c *Calls) take(rank int, sh share) {
-	h := holder{rank, sh.key}
-	x := c.held[h]
+	x := c.held[rank][sh.key]
 	if x == nil {
-		if c.held == nil {
-			c.held = make(map[holder]*holding)
+		if c.held[rank] == nil {
+			c.held[rank] = make(map[string]*holding)
 		}
 		x = &holding{weight: sh.w()}
-		c.held[h] = x
+		c.held[rank][sh.key] = x
 	}
 	x.n++
 }
 
 // give uncounts a call rank's sh returns (mu held).
 func (c *Calls) give(rank int, sh share) {
-	h := holder{rank, sh.key}
-	if x := c.held[h]; x != nil {
+	if x := c.held[rank][sh.key]; x != nil {
 		if x.n--; x.n <= 0 {
-			delete(c.held, h)
+			delete(c.held[rank], sh.key)
 		}
 	}
 }
@@ -195,7 +234,7 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left i
 	}
 	rank := rankOf(p, sh)
 	c.mu.Lock()
-	if c.free > 0 && c.noneWaitingUpTo(rank) {
+	if c.free > 0 && c.noneWaitingUpTo(rank) && c.mayTake(rank, sh.key) {
 		c.free--
 		c.take(rank, sh)
 		c.mu.Unlock()
@@ -204,6 +243,7 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left i
 	c.seq++
 	w := &waiter{ready: make(chan struct{}), left: left, seq: c.seq, rank: rank, share: sh}
 	c.ranks[rank].push(w, sh)
+	c.dispatch() // free calls that those waiting before it may not take
 	c.mu.Unlock()
 	select {
 	case <-w.ready:
@@ -216,6 +256,7 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left i
 			c.release(p, sh)
 		default:
 			c.ranks[rank].remove(w)
+			c.dispatch() // others may have yielded to it
 			c.mu.Unlock()
 		}
 		return ctx.Err()
@@ -232,8 +273,9 @@ func (c *Calls) noneWaitingUpTo(rank int) bool {
 	return true
 }
 
-// release returns a call taken for priority p and share sh: to the waiter
-// whose turn it is in the highest priority waiting, else to the pool.
+// release returns a call taken for priority p and share sh to the pool,
+// and hands the free calls to the waiters whose turn it is in the highest
+// priority waiting, as far as they may take them (mayTake).
 func (c *Calls) release(p fanout.Priority, sh share) {
 	if c == nil {
 		return
@@ -241,14 +283,49 @@ func (c *Calls) release(p fanout.Priority, sh share) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.give(rankOf(p, sh), sh)
-	for r := range c.ranks {
-		if w := c.ranks[r].pop(); w != nil {
-			c.take(w.rank, w.share)
-			close(w.ready)
+	c.free++
+	c.dispatch()
+}
+
+// dispatch hands the free calls to the waiters that may take them (mu
+// held).
+func (c *Calls) dispatch() {
+	for c.free > 0 {
+		w := c.next()
+		if w == nil {
 			return
 		}
+		c.free--
+		c.take(w.rank, w.share)
+		close(w.ready)
 	}
-	c.free++
+}
+
+// next takes the waiter whose turn it is at the first rank waiting that may
+// take a call (nil: none may) (mu held).
+func (c *Calls) next() *waiter {
+	for r := range c.ranks {
+		t := &c.ranks[r]
+		if !t.waiting() {
+			continue
+		}
+		if c.mayTake(r, t.keys[0].key) {
+			return t.pop()
+		}
+		// Those that yield are at their part of the pool: the turn goes
+		// to the first key that does not yield (an event's pages beside
+		// its own first batches).
+		var best *keyTurn
+		for _, k := range t.keys {
+			if !c.yields(r, k.key) && (best == nil || t.keys.before(k, best)) {
+				best = k
+			}
+		}
+		if best != nil {
+			return t.popFrom(best)
+		}
+	}
+	return nil
 }
 
 // turns are one priority's waiters, grouped by fairness key. Keys take
@@ -304,7 +381,11 @@ func (t *turns) pop() *waiter {
 	if t.keys.Len() == 0 {
 		return nil
 	}
-	k := t.keys[0]
+	return t.popFrom(t.keys[0])
+}
+
+// popFrom takes k's best waiter, k's turn taken.
+func (t *turns) popFrom(k *keyTurn) *waiter {
 	w := heap.Pop(&k.waiters).(*waiter)
 	t.now = k.pass
 	k.pass += k.stride
@@ -332,12 +413,15 @@ func (t *turns) settle(k *keyTurn) {
 // keyHeap orders keys by pass, then by arrival.
 type keyHeap []*keyTurn
 
-func (h keyHeap) Len() int { return len(h) }
-func (h keyHeap) Less(i, j int) bool {
-	if h[i].pass != h[j].pass {
-		return h[i].pass < h[j].pass
+func (h keyHeap) Len() int           { return len(h) }
+func (h keyHeap) Less(i, j int) bool { return h.before(h[i], h[j]) }
+
+// before: a's turn comes before b's.
+func (keyHeap) before(a, b *keyTurn) bool {
+	if a.pass != b.pass {
+		return a.pass < b.pass
 	}
-	return h[i].first < h[j].first
+	return a.first < b.first
 }
 func (h keyHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]

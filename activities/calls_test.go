@@ -91,7 +91,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 		}
 	}
 	c.release(holder, holderShare)
-	if c.free != 1 || len(c.held) != 0 {
+	if c.free != 1 || c.holders() != 0 {
 		t.Fatalf("%d calls free after all returned (want 1), held by %v", c.free, c.held)
 	}
 }
@@ -217,7 +217,7 @@ func TestCallsTakeTurnsByFairnessKey(t *testing.T) {
 	c.release(fanout.PriorityNormal, holder)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.free != 1 || len(c.held) != 0 || len(c.ranks[normalRank].byKey) != 0 || c.ranks[normalRank].keys.Len() != 0 {
+	if c.free != 1 || c.holders() != 0 || len(c.ranks[normalRank].byKey) != 0 || c.ranks[normalRank].keys.Len() != 0 {
 		t.Fatalf("after every waiter was served: %d free, %d keys left", c.free, len(c.ranks[normalRank].byKey))
 	}
 }
@@ -296,4 +296,81 @@ func (c *Calls) queued() int {
 		n += c.ranks[i].len()
 	}
 	return n
+}
+
+// holders is how many (rank, key) hold calls.
+func (c *Calls) holders() int {
+	n := 0
+	for r := range c.held {
+		n += len(c.held[r])
+	}
+	return n
+}
+
+// While another event holds calls at a rank before theirs (a small batch
+// of their priority, or a higher priority), the batches behind it yield:
+// together they take free calls only up to an eighth of the pool, and the
+// calls they return go to the pool. An event's own first batches do not
+// hold back its pages, and the yield ends with the other event's last call.
+func TestCallsYieldToAnEarlierRank(t *testing.T) {
+	ctx := context.Background()
+	n := fanout.PriorityNormal
+	page, ownFirst, small := share{key: "big", large: true}, share{key: "big"}, share{key: "small"}
+	c := NewCalls(16) // the pages' part while they yield: 2
+	take := func(sh share, k int) {
+		for range k {
+			if err := c.acquire(ctx, n, sh, 100); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waiting := func(sh share) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.ranks[rankOf(n, sh)].len()
+	}
+	take(page, 12)
+	take(ownFirst, 1) // the big event's own small batch: no yield
+	if !func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.mayTake(rankOf(n, page), page.key) }() {
+		t.Fatal("a big event's pages yield to its own first batches")
+	}
+	take(small, 1)
+	granted := make(chan struct{})
+	go func() { take(page, 1); close(granted) }()
+	for deadline := time.Now().Add(5 * time.Second); waiting(page) != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the page's wait never queued although 2 of 16 calls are free")
+		}
+	}
+	// The pages give back calls: they go to the pool until the pages hold
+	// less than their part (2), then one goes to the page waiting.
+	for held := 12; held > 1; held-- {
+		if waiting(page) != 1 {
+			t.Fatalf("the waiting page got a call while the pages held %d (their part is 2)", held)
+		}
+		c.release(n, page)
+	}
+	<-granted
+	c.mu.Lock()
+	free, pages := c.free, c.held[rankOf(n, page)]["big"].n
+	c.mu.Unlock()
+	if pages != 2 || free != 16-2-2 {
+		t.Fatalf("the pages hold %d calls, %d free; want 2 and 12", pages, free)
+	}
+	// The small event's batch takes from the pool at once, and beyond the
+	// pages' part.
+	take(small, 10)
+	// Once the small event returns its calls, the pages take them again.
+	go func() { take(page, 1) }()
+	for deadline := time.Now().Add(5 * time.Second); waiting(page) != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the page's second wait never queued")
+		}
+	}
+	for range 11 {
+		c.release(n, small)
+	}
+	if waiting(page) != 0 {
+		t.Fatal("the small event returned its calls and the waiting page still waits")
+	}
 }
