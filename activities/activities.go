@@ -49,7 +49,11 @@ type Activities struct {
 	Destinations *Destinations
 	// Brake slows low-priority deliveries while other priorities deliver
 	// (brake.go); nil: none.
-	Brake  *Brake
+	Brake *Brake
+	// Yields carries between workers the events others' batches yield to
+	// (yield.go): events signal as they open and deliver small batches,
+	// and Calls reads them (Calls.YieldTo); nil: this worker's alone.
+	Yields *Yields
 	Logger *slog.Logger
 }
 
@@ -476,6 +480,9 @@ type outcome struct {
 // Permanent failures, and recipients that failed MaxAttempts times, go to
 // the deliveries DLQ and are not tried again (until a redrive).
 func (a *Activities) DeliverBatch(ctx context.Context, in DeliverBatchInput) (DeliverBatchResult, error) {
+	if sh := shareOf(ctx, in.Event); !sh.large {
+		a.Yields.Signal(in.Priority, sh.key) // from its start: the others yield (yield.go)
+	}
 	b := &batch{a: a, ctx: ctx, in: in}
 	for _, step := range []func() error{b.open, b.admit, b.deliver, b.settle, b.deadLetter} {
 		if err := step(); err != nil {

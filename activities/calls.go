@@ -45,10 +45,10 @@ import (
 // feed waits for one call at a time, and each call it does not wait for
 // at that instant goes to the others, whose callers then keep the CPU
 // busy. So while another event holds or waits for calls at a rank before
-// theirs (a higher priority, or a small batch of their priority), the
-// batches behind it yield: together they hold at most an eighth of the
-// pool (yieldShare). An event's own first batches do not hold back its
-// pages.
+// theirs (a higher priority, or a small batch of their priority), here or
+// on another worker (YieldTo), the batches behind it yield: together they
+// hold at most an eighth of the pool (yieldShare). An event's own first
+// batches do not hold back its pages.
 type Calls struct {
 	size  int
 	mu    sync.Mutex
@@ -57,6 +57,26 @@ type Calls struct {
 	ranks [2 * 3]turns // by rankOf
 	// held counts the calls each event holds, by rank and fairness key.
 	held [2 * 3]map[string]*holding
+	// remote: the events of other workers the batches yield to (nil: none).
+	remote *Yields
+}
+
+// YieldTo makes the pool's batches yield to the events y reports as well
+// (see Yields), and hands out the calls they may take again when those
+// stop.
+func (c *Calls) YieldTo(y *Yields) {
+	if c == nil || y == nil {
+		return
+	}
+	c.mu.Lock()
+	c.remote = y
+	c.mu.Unlock()
+	f := func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.dispatch()
+	}
+	y.changed.Store(&f)
 }
 
 // holding is the calls a holder has, and its weight.
@@ -116,8 +136,12 @@ func (c *Calls) capacity() int {
 const yieldShare = 8
 
 // yields reports whether rank's key k yields: another key holds or waits
-// for calls at a rank before rank (mu held).
+// for calls at a rank before rank, here or on another worker (remote) (mu
+// held).
 func (c *Calls) yields(rank int, k string) bool {
+	if c.remote.others(rank, k) {
+		return true
+	}
 	other := func(keys int, has bool) bool { return keys > 1 || (keys == 1 && !has) }
 	for r := 0; r < rank; r++ {
 		_, held := c.held[r][k]

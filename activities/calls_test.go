@@ -374,3 +374,44 @@ func TestCallsYieldToAnEarlierRank(t *testing.T) {
 		t.Fatal("the small event returned its calls and the waiting page still waits")
 	}
 }
+
+// An event that signals on another worker (Yields) makes the pages here
+// yield as one delivering here does; when its signal ends (the set read
+// changes), the calls are handed to the pages waiting.
+func TestCallsYieldToAnotherWorkersEvent(t *testing.T) {
+	ctx := context.Background()
+	n := fanout.PriorityNormal
+	page := share{key: "big", large: true}
+	y, signals := &Yields{}, &yieldSet{}
+	signals[rankOf(n, share{})] = map[string]bool{"small": true}
+	y.active.Store(signals)
+	c := NewCalls(16) // the pages' part while they yield: 2
+	c.YieldTo(y)
+	for range 2 {
+		if err := c.acquire(ctx, n, page, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	granted := make(chan error, 1)
+	go func() { granted <- c.acquire(ctx, n, page, 100) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		w := c.ranks[rankOf(n, page)].len()
+		c.mu.Unlock()
+		if w == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the page took a third call while another worker's event signals")
+		}
+	}
+	if c.mayGrow(n, page) {
+		t.Error("a yielding page may grow")
+	}
+	// The signal ends: the next read finds none and says so.
+	y.active.Store(&yieldSet{})
+	(*y.changed.Load())()
+	if err := <-granted; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -220,6 +220,9 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 		if !low {
 			a.Brake.Signal()
 		}
+		if !d.share.large {
+			a.Yields.Signal(in.Priority, d.share.key)
+		}
 		// A call from the worker's pool (calls.go), before the feed picks
 		// a recipient: a wait for a destination's limit holds at most one
 		// call per batch.

@@ -72,7 +72,23 @@ type OpenResult struct {
 // failed otherwise is asked again by the workflow, and a failed delivery
 // handed to the delivery queue.
 func (a *Activities) Open(ctx context.Context, in OpenInput) (OpenResult, error) {
+	a.signalOpen(in.Event)
 	return OpenSteps{Prepare: a.Prepare, Page: a.RecipientsPage, Deliver: a.observedDeliverBatch, Logger: a.Logger}.Open(ctx, in)
+}
+
+// signalOpen tells every worker that ev is opening: the batches behind
+// its priority yield to it (Yields) from its first page on.
+func (a *Activities) signalOpen(ev fanout.Event) {
+	if a.Yields == nil {
+		return
+	}
+	p := ev.Priority
+	if p == "" {
+		if _, opts, err := a.handler(ev.Type); err == nil {
+			p = opts.WithDefaults().DefaultPriority
+		}
+	}
+	a.Yields.Signal(p, vocab.FairnessKey(ev))
 }
 
 // observedDeliverBatch is DeliverBatch with the batch metrics the worker's

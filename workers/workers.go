@@ -113,6 +113,10 @@ func Run(ctx context.Context, o Options) error {
 			brake = DefaultLowPriorityBrake
 		}
 		acts.Brake = activities.NewBrake(o.Redis, brake, log)
+		// Events opening or delivering small batches anywhere: the
+		// batches behind them yield here too (activities.Yields).
+		acts.Yields = activities.NewYields(ctx, o.Redis, log)
+		acts.Calls.YieldTo(acts.Yields)
 	}
 	if acts.Gate == nil {
 		log.Warn("dedup gate is OFF: duplicates are not suppressed")
