@@ -761,7 +761,7 @@ func starterSubcommands(t *testing.T) map[string]bool {
 // workflows' vocabulary.
 var (
 	allQueues   = vocab.Queues
-	taskQueueOf = vocab.TaskQueue
+	taskQueueOf = vocab.TaskQueues
 )
 
 // parseQueues checks a FANOUT_QUEUES value the way the worker reads it
