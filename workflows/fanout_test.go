@@ -551,7 +551,8 @@ func TestFanoutPaging(t *testing.T) {
 // its page-sized batches (over BatchSize) start on the priority's
 // large-batch queue, and every batch up to BatchSize on its delivery queue,
 // so a small event's batches never wait for a slot a big event's page
-// holds. Staged or inline alike.
+// holds. Staged or inline alike. A low event's pages stay on the low
+// queue, whose few slots bound its load.
 func TestLargeBatchesRunOnTheirOwnQueue(t *testing.T) {
 	for _, staged := range []bool{false, true} {
 		t.Run(fmt.Sprintf("staged %v", staged), func(t *testing.T) {
@@ -580,6 +581,21 @@ func TestLargeBatchesRunOnTheirOwnQueue(t *testing.T) {
 			}
 		})
 	}
+	t.Run("low", func(t *testing.T) {
+		opts := fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 250}
+		ev := testEvent("ev-large-queue-low")
+		ev.Priority = fanout.PriorityLow
+		fx := fixture{Event: ev, Audience: 2345, Options: opts, PageDelay: time.Second, DeliverDelay: time.Minute, Staged: true}
+		rec := newRecorder()
+		env := newEnv(t, fx, rec)
+		if res := runToResult(t, env, FanoutInput{Event: fx.Event}); res.Delivered != 2345 {
+			t.Fatalf("result %+v", res.Progress)
+		}
+		low := vocab.DeliveryTaskQueue(fanout.PriorityLow)
+		if len(rec.childSizes) != 1 || !slices.ContainsFunc(rec.childSizes[low], func(n int) bool { return n > opts.BatchSize }) {
+			t.Errorf("children by queue %v, want all on %s, pages among them", rec.childSizes, low)
+		}
+	})
 }
 
 func TestFanoutWindow(t *testing.T) {

@@ -20,10 +20,12 @@ import (
 
 // Task queues. Event processing (the Fanout workflow and its paging
 // activities) runs on EventsTaskQueue; delivery batches run on the task queues
-// of their priority, so each pool scales separately. A priority has two:
-// DeliveryTaskQueue for batches of up to a type's BatchSize, and
+// of their priority, so each pool scales separately. High and normal have
+// two: DeliveryTaskQueue for batches of up to a type's BatchSize, and
 // LargeDeliveryTaskQueue for the page-sized batches of events that have
-// filled their window. The workers of a priority serve both.
+// filled their window. The workers of a priority serve both. Low has one:
+// its few batch slots are what keeps a huge low event from loading the
+// deployment, so its pages share them with its small batches.
 const (
 	EventsTaskQueue         = "fanout-events"
 	deliveryTaskQueuePrefix = "fanout-delivery-"
@@ -34,11 +36,15 @@ const (
 func DeliveryTaskQueue(p fanout.Priority) string { return deliveryTaskQueuePrefix + string(p) }
 
 // LargeDeliveryTaskQueue is the task queue of the large batches of priority
-// p (more recipients than the type's BatchSize, TypeOptions.LargeBatchSize).
-// Its own queue gives them their own batch slots on a worker: a small
-// event's batch, or a big event's first ones, never wait for a slot held
-// by a big event's page-sized batch, however many of those are queued.
+// p (more recipients than the type's BatchSize, TypeOptions.LargeBatchSize):
+// a queue of their own for high and normal, which gives them their own
+// batch slots on a worker (a small event's batch, or a big event's first
+// ones, never wait for a slot held by a big event's page, however many of
+// those are queued); low's delivery queue for low.
 func LargeDeliveryTaskQueue(p fanout.Priority) string {
+	if p == fanout.PriorityLow {
+		return DeliveryTaskQueue(p)
+	}
 	return DeliveryTaskQueue(p) + largeTaskQueueSuffix
 }
 
@@ -62,7 +68,7 @@ func Queues() []string {
 
 // TaskQueues maps a queue name ("events", "high", "normal", "low") to the
 // task queues its workers serve: the events queue, or a priority's
-// delivery queue and large-batch queue.
+// delivery queue and large-batch queue (low: one).
 func TaskQueues(queue string) ([]string, error) {
 	if queue == QueueEvents {
 		return []string{EventsTaskQueue}, nil
@@ -71,7 +77,10 @@ func TaskQueues(queue string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: want %s or a priority: %w", queue, QueueEvents, err)
 	}
-	return []string{DeliveryTaskQueue(p), LargeDeliveryTaskQueue(p)}, nil
+	if large := LargeDeliveryTaskQueue(p); large != DeliveryTaskQueue(p) {
+		return []string{DeliveryTaskQueue(p), large}, nil
+	}
+	return []string{DeliveryTaskQueue(p)}, nil
 }
 
 // WorkflowID is the Fanout workflow id of an event: readable, and the same for

@@ -1,6 +1,8 @@
 package vocab
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,5 +69,30 @@ func TestParseAttemptID(t *testing.T) {
 		if _, _, err := ParseAttemptID("webhook", "e1", a); err == nil {
 			t.Errorf("ParseAttemptID(%q): no error", a)
 		}
+	}
+}
+
+// A worker of high or normal serves the priority's delivery queue and its
+// large-batch queue; low's pages share its one queue; an unknown name is
+// an error naming the choices.
+func TestTaskQueues(t *testing.T) {
+	for q, want := range map[string][]string{
+		"events": {"fanout-events"},
+		"high":   {"fanout-delivery-high", "fanout-delivery-high-large"},
+		"normal": {"fanout-delivery-normal", "fanout-delivery-normal-large"},
+		"low":    {"fanout-delivery-low"},
+	} {
+		got, err := TaskQueues(q)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("TaskQueues(%q) = %v, %v; want %v", q, got, err, want)
+		}
+		for _, tq := range got {
+			if IsLargeDeliveryTaskQueue(tq) != strings.HasSuffix(tq, "-large") {
+				t.Errorf("IsLargeDeliveryTaskQueue(%q) = %v", tq, !strings.HasSuffix(tq, "-large"))
+			}
+		}
+	}
+	if _, err := TaskQueues("urgent"); err == nil || !strings.Contains(err.Error(), "events or a priority") {
+		t.Errorf("TaskQueues(urgent): %v", err)
 	}
 }

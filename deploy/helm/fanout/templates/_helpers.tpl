@@ -77,10 +77,11 @@ is a placeholder, refused. */}}
 {{- if eq . "events" }}fanout-events{{ else }}fanout-delivery-{{ . }}{{ end }}
 {{- end }}
 
-{{/* Every task queue a worker pool serves, space-separated: a priority's
-pool serves its delivery queue and its large-batch queue (vocab.TaskQueues). */}}
+{{/* Every task queue a worker pool serves, space-separated: high's and
+normal's pools serve their delivery queue and its large-batch queue, low's
+its one queue (vocab.TaskQueues). */}}
 {{- define "fanout.taskQueues" -}}
-{{- if eq . "events" }}fanout-events{{ else }}fanout-delivery-{{ . }} fanout-delivery-{{ . }}-large{{ end }}
+{{- if eq . "events" }}fanout-events{{ else if eq . "low" }}fanout-delivery-low{{ else }}fanout-delivery-{{ . }} fanout-delivery-{{ . }}-large{{ end }}
 {{- end }}
 
 {{/* The path of a key of the mounted Secret. */}}
