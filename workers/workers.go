@@ -137,7 +137,12 @@ func Run(ctx context.Context, o Options) error {
 		// A priority's two queues (small and large batches) each get the
 		// queue's batch slots; their calls share the pool (acts.Calls).
 		for _, tq := range tqs {
-			w := worker.New(o.Client, tq, workerOptions(q, o, icps))
+			wo := workerOptions(q, o, icps)
+			if vocab.IsLargeDeliveryTaskQueue(tq) {
+				// Pages: their workflow tasks are few and wait for no one.
+				wo.MaxConcurrentWorkflowTaskPollers = largeQueueWorkflowTaskPollers
+			}
+			w := worker.New(o.Client, tq, wo)
 			if q == vocab.QueueEvents {
 				w.RegisterWorkflowWithOptions(workflows.Fanout, workflow.RegisterOptions{Name: vocab.FanoutWorkflow})
 			} else {
@@ -220,6 +225,12 @@ func workerOptions(q string, o Options, icps []interceptor.WorkerInterceptor) wo
 		Interceptors:                     icps,
 	}
 }
+
+// largeQueueWorkflowTaskPollers is the workflow-task pollers of a
+// large-batch queue (vocab.LargeDeliveryTaskQueue): pages' workflow tasks
+// are few and latency matters little for them, while each poller waiting
+// on the server costs it work.
+const largeQueueWorkflowTaskPollers = 4
 
 // DefaultLowPrioritySlots is the low-priority queue's batch slots when
 // Options.LowPrioritySlots is 0: an eighth of slots, at least 1.
