@@ -43,14 +43,12 @@ const brakePoll = 50 * time.Millisecond
 type Brake struct {
 	rdb redis.UniversalClient
 	lim *rate.Limiter
-	// on is the last read of BrakeKey; checked (unix ns) when the last
-	// read started, signaled when this worker last set the key.
-	on       atomic.Bool
-	checked  atomic.Int64
-	signaled atomic.Int64
-	warned   atomic.Int64
-	rate     float64
-	log      *slog.Logger
+	// on is the last read of BrakeKey; checked spaces its reads, signaled
+	// this worker's writes, warned its warnings.
+	on                        atomic.Bool
+	checked, signaled, warned every
+	rate                      float64
+	log                       *slog.Logger
 }
 
 // NewBrake returns the brake of a worker that delivers at most perSecond
@@ -77,9 +75,7 @@ func (b *Brake) Signal() {
 	if b == nil {
 		return
 	}
-	now := time.Now().UnixNano()
-	last := b.signaled.Load()
-	if now-last < int64(BrakeHold/4) || !b.signaled.CompareAndSwap(last, now) {
+	if !b.signaled.due(BrakeHold / 4) {
 		return
 	}
 	go func() {
@@ -91,17 +87,16 @@ func (b *Brake) Signal() {
 	}()
 }
 
-// warn logs a Redis failure at most once per brakeWarnEvery.
+// warn logs a Redis failure at most once per redisWarnEvery.
 func (b *Brake) warn(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := b.warned.Load()
-	if now-last >= int64(brakeWarnEvery) && b.warned.CompareAndSwap(last, now) {
+	if b.warned.due(redisWarnEvery) {
 		b.log.Warn(msg, args...)
 	}
 }
 
-// brakeWarnEvery spaces a failing brake's warnings.
-const brakeWarnEvery = 10 * time.Second
+// redisWarnEvery spaces the warnings of a failing Redis (the brake's, the
+// yields').
+const redisWarnEvery = 10 * time.Second
 
 // Engaged reports whether low-priority deliveries are braked, as of the
 // last read of BrakeKey; when that is older than brakePoll it starts the
@@ -110,9 +105,7 @@ func (b *Brake) Engaged() bool {
 	if b == nil {
 		return false
 	}
-	now := time.Now().UnixNano()
-	last := b.checked.Load()
-	if now-last >= int64(brakePoll) && b.checked.CompareAndSwap(last, now) {
+	if b.checked.due(brakePoll) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()

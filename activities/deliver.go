@@ -78,6 +78,8 @@ type deliveries struct {
 	// share is the batch's turn in the worker's pool of calls: its
 	// event's fairness key and weight.
 	share share
+	// yieldSignal spaces the batch's yield signals (Yields.Signal).
+	yieldSignal every
 
 	mu       sync.Mutex // guards out, done and lastBeat
 	out      []outcome
@@ -220,7 +222,7 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 		if !low {
 			a.Brake.Signal()
 		}
-		if !d.share.large {
+		if !d.share.large && a.Yields != nil && d.yieldSignal.due(YieldHold/4) {
 			a.Yields.Signal(in.Priority, d.share.key)
 		}
 		// A call from the worker's pool (calls.go), before the feed picks

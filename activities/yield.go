@@ -56,7 +56,7 @@ type Yields struct {
 	sent map[string]time.Time // member -> last written
 
 	active  atomic.Pointer[yieldSet]
-	warned  atomic.Int64
+	warned  every
 	changed atomic.Pointer[func()] // after a read that changed the set
 }
 
@@ -209,11 +209,9 @@ func (s *yieldSet) equal(o *yieldSet) bool {
 	return true
 }
 
-// warn logs a Redis failure at most once per brakeWarnEvery.
+// warn logs a Redis failure at most once per redisWarnEvery.
 func (y *Yields) warn(msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := y.warned.Load()
-	if now-last >= int64(brakeWarnEvery) && y.warned.CompareAndSwap(last, now) {
+	if y.warned.due(redisWarnEvery) {
 		y.log.Warn(msg, args...)
 	}
 }
