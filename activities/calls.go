@@ -139,36 +139,77 @@ const yieldShare = 8
 // for calls at a rank before rank, here or on another worker (remote) (mu
 // held).
 func (c *Calls) yields(rank int, k string) bool {
-	if c.remote.others(rank, k) {
-		return true
+	var before keysSeen
+	remote := c.remote.set()
+	for r := 0; r < rank && before.n < 2; r++ {
+		before.addRank(c.held[r], c.ranks[r].byKey, remote.at(r))
 	}
-	other := func(keys int, has bool) bool { return keys > 1 || (keys == 1 && !has) }
-	for r := 0; r < rank; r++ {
-		_, held := c.held[r][k]
-		_, waits := c.ranks[r].byKey[k]
-		if other(len(c.held[r]), held) || other(len(c.ranks[r].byKey), waits) {
-			return true
-		}
-	}
-	return false
+	return before.other(k)
 }
 
 // mayTake reports whether rank's key k may take a free call now: it does
 // not yield, or those that yield hold less than their part of the pool
-// (mu held).
+// (mu held). One pass over the ranks, first to last, counts the calls of
+// the holders that yield.
 func (c *Calls) mayTake(rank int, k string) bool {
-	if !c.yields(rank, k) {
-		return true
-	}
-	n := 0
+	var before keysSeen
+	remote := c.remote.set()
+	yielding := 0
 	for r := range c.held {
-		for key, x := range c.held[r] {
-			if c.yields(r, key) {
-				n += x.n
+		if before.n > 0 {
+			for key, x := range c.held[r] {
+				if before.other(key) {
+					yielding += x.n
+				}
 			}
 		}
+		if r == rank {
+			if !before.other(k) {
+				return true
+			}
+		}
+		before.addRank(c.held[r], c.ranks[r].byKey, remote.at(r))
 	}
-	return n < max(c.size/yieldShare, 1)
+	return yielding < max(c.size/yieldShare, 1)
+}
+
+// keysSeen is the distinct keys that hold, wait or signal at the ranks
+// passed so far, as far as yielding needs them: none, one (which) or more.
+type keysSeen struct {
+	n   int
+	one string
+}
+
+func (s *keysSeen) add(k string) {
+	switch {
+	case s.n == 0:
+		s.n, s.one = 1, k
+	case s.n == 1 && k != s.one:
+		s.n = 2
+	}
+}
+
+// other: a key other than k was seen.
+func (s *keysSeen) other(k string) bool { return s.n > 1 || (s.n == 1 && s.one != k) }
+
+// addRank adds the keys that hold calls at a rank, wait for them, and
+// those other workers signal at it.
+func (s *keysSeen) addRank(held map[string]*holding, waits map[string]*keyTurn, remote map[string]bool) {
+	for k := range held {
+		if s.add(k); s.n > 1 {
+			return
+		}
+	}
+	for k := range waits {
+		if s.add(k); s.n > 1 {
+			return
+		}
+	}
+	for k := range remote {
+		if s.add(k); s.n > 1 {
+			return
+		}
+	}
 }
 
 // mayGrow reports whether a batch of priority p and share sh, holding a

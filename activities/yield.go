@@ -121,28 +121,24 @@ func (y *Yields) Signal(p fanout.Priority, key string) {
 // yieldMember is the YieldKey member of key at rank.
 func yieldMember(rank int, key string) string { return fmt.Sprintf("%d %s", rank, key) }
 
-// others reports whether, as of the last read, an event other than key
-// signals at a rank before rank.
-func (y *Yields) others(rank int, key string) bool {
+// set is the members as of the last read (nil: no signals).
+func (y *Yields) set() *yieldSet {
 	if y == nil {
-		return false
+		return nil
 	}
-	set := y.active.Load()
-	for r := 0; r < rank; r++ {
-		for k := range set[r] {
-			if k != key {
-				return true
-			}
-		}
-	}
-	return false
+	return y.active.Load()
 }
 
 // Yielding reports whether, as of the last read, a batch of priority p
 // (a large one, or not) of the event with fairness key key yields to
 // another event's signal.
 func (y *Yields) Yielding(p fanout.Priority, large bool, key string) bool {
-	return y.others(rankOf(p, share{large: large}), key)
+	var before keysSeen
+	set := y.set()
+	for r := 0; r < rankOf(p, share{large: large}); r++ {
+		before.addRank(nil, nil, set.at(r))
+	}
+	return before.other(key)
 }
 
 // run reads YieldKey every yieldPoll until ctx ends.
@@ -189,6 +185,14 @@ func (y *Yields) read(ctx context.Context) *yieldSet {
 		set[r][key] = true
 	}
 	return set
+}
+
+// at is the keys signaled at rank r (nil set: none).
+func (s *yieldSet) at(r int) map[string]bool {
+	if s == nil {
+		return nil
+	}
+	return s[r]
 }
 
 // equal: the same members.
