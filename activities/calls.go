@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 
@@ -47,8 +48,9 @@ import (
 // busy. So while another event holds or waits for calls at a rank before
 // theirs (a higher priority, or a small batch of their priority), here or
 // on another worker (YieldTo), the batches behind it yield: together they
-// hold at most an eighth of the pool (yieldShare). An event's own first
-// batches do not hold back its pages.
+// hold at most one call for the first yieldBurst of a yield, and an eighth
+// of the pool (yieldShare) after that. An event's own first batches do not
+// hold back its pages.
 type Calls struct {
 	size  int
 	mu    sync.Mutex
@@ -59,6 +61,10 @@ type Calls struct {
 	held [2 * 3]map[string]*holding
 	// remote: the events of other workers the batches yield to (nil: none).
 	remote *Yields
+	// burst is yieldBurst (tests shorten it); yieldFrom is when the
+	// batches last started to yield, yieldLast when they last did.
+	burst                time.Duration
+	yieldFrom, yieldLast time.Time
 }
 
 // YieldTo makes the pool's batches yield to the events y reports as well
@@ -86,7 +92,7 @@ type holding struct {
 }
 
 // NewCalls is a pool of n calls in flight (at least 1).
-func NewCalls(n int) *Calls { return &Calls{size: max(n, 1), free: max(n, 1)} }
+func NewCalls(n int) *Calls { return &Calls{size: max(n, 1), free: max(n, 1), burst: yieldBurst} }
 
 // share is whose turn a waiter takes: its event's fairness key and weight
 // (0: 1), and whether its batch is a large one.
@@ -131,9 +137,32 @@ func (c *Calls) capacity() int {
 }
 
 // yieldShare is the part of the pool the batches that yield (see Calls)
-// hold at most together: enough to keep them going, little enough that
-// the event they yield to has the worker.
+// hold at most together once a yield has lasted yieldBurst: enough to keep
+// them going under a steady stream of small events.
 const yieldShare = 8
+
+// yieldBurst is how long a yield leaves the batches that yield one call
+// between them. Even an eighth of the calls, to destinations that answer
+// at once, keeps every core busy, and a small event's every step (its
+// workflow tasks, its page, its deliveries) then waits for them: a small
+// event's burst gets the workers to itself. A yield lasts until no event
+// has signalled for YieldHold, so a steady stream of small events leaves
+// the big ones an eighth after yieldBurst, not one call for ever.
+const yieldBurst = 5 * time.Second
+
+// yieldPart is what the batches that yield may hold together now, and
+// notes that they yield (mu held).
+func (c *Calls) yieldPart() int {
+	now := time.Now()
+	if now.Sub(c.yieldLast) > YieldHold {
+		c.yieldFrom = now
+	}
+	c.yieldLast = now
+	if now.Sub(c.yieldFrom) < c.burst {
+		return 1
+	}
+	return max(c.size/yieldShare, 1)
+}
 
 // yields reports whether rank's key k yields: another key holds or waits
 // for calls at a rank before rank, here or on another worker (remote) (mu
@@ -170,7 +199,7 @@ func (c *Calls) mayTake(rank int, k string) bool {
 		}
 		before.addRank(c.held[r], c.ranks[r].byKey, remote.at(r))
 	}
-	return yielding < max(c.size/yieldShare, 1)
+	return yielding < c.yieldPart()
 }
 
 // keysSeen is the distinct keys that hold, wait or signal at the ranks

@@ -316,7 +316,8 @@ func TestCallsYieldToAnEarlierRank(t *testing.T) {
 	ctx := context.Background()
 	n := fanout.PriorityNormal
 	page, ownFirst, small := share{key: "big", large: true}, share{key: "big"}, share{key: "small"}
-	c := NewCalls(16) // the pages' part while they yield: 2
+	c := NewCalls(16) // the pages' part while they yield, after the burst: 2
+	c.burst = 0
 	take := func(sh share, k int) {
 		for range k {
 			if err := c.acquire(ctx, n, sh, 100); err != nil {
@@ -385,7 +386,8 @@ func TestCallsYieldToAnotherWorkersEvent(t *testing.T) {
 	y, signals := &Yields{}, &yieldSet{}
 	signals[rankOf(n, share{})] = map[string]bool{"small": true}
 	y.active.Store(signals)
-	c := NewCalls(16) // the pages' part while they yield: 2
+	c := NewCalls(16) // the pages' part while they yield, after the burst: 2
+	c.burst = 0
 	c.YieldTo(y)
 	for range 2 {
 		if err := c.acquire(ctx, n, page, 100); err != nil {
@@ -413,5 +415,59 @@ func TestCallsYieldToAnotherWorkersEvent(t *testing.T) {
 	(*y.changed.Load())()
 	if err := <-granted; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// For the first yieldBurst of a yield the pages hold one call between them
+// (the small event gets the worker); once the yield has lasted that long,
+// their part is an eighth of the pool again.
+func TestCallsYieldHardAtFirst(t *testing.T) {
+	ctx := context.Background()
+	n := fanout.PriorityNormal
+	page, small := share{key: "big", large: true}, share{key: "small"}
+	c := NewCalls(16) // the pages' part while they yield: 1, then 2
+	c.burst = 200 * time.Millisecond
+	for _, sh := range []share{small, small, page} {
+		if err := c.acquire(ctx, n, sh, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	granted := make(chan error, 1)
+	go func() { granted <- c.acquire(ctx, n, page, 100) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		w := c.ranks[rankOf(n, page)].len()
+		c.mu.Unlock()
+		if w == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the page took a second call at the start of a yield, with 13 of 16 free")
+		}
+	}
+	c.release(n, small) // still within the burst: nothing for the page
+	select {
+	case <-granted:
+		t.Fatal("the page took a second call within the burst")
+	case <-time.After(50 * time.Millisecond):
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := c.acquire(ctx, n, small, 100); err != nil { // a dispatch, past the burst
+		t.Fatal(err)
+	}
+	c.release(n, small)
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the yield outlasted its burst and the page still waits for its second call")
+	}
+	c.mu.Lock()
+	pages := c.held[rankOf(n, page)]["big"].n
+	c.mu.Unlock()
+	if pages != 2 {
+		t.Fatalf("the pages hold %d calls after the burst, want their eighth (2)", pages)
 	}
 }
