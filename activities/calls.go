@@ -48,9 +48,9 @@ import (
 // busy. So while another event holds or waits for calls at a rank before
 // theirs (a higher priority, or a small batch of their priority), here or
 // on another worker (YieldTo), the batches behind it yield: together they
-// hold at most one call for the first yieldBurst of a yield, and an eighth
-// of the pool (yieldShare) after that. An event's own first batches do not
-// hold back its pages.
+// hold at most an eighth of the pool (yieldShare), and a big event's pages
+// among them one call for the first yieldBurst of a yield. An event's own
+// first batches do not hold back its pages.
 type Calls struct {
 	size  int
 	mu    sync.Mutex
@@ -137,22 +137,25 @@ func (c *Calls) capacity() int {
 }
 
 // yieldShare is the part of the pool the batches that yield (see Calls)
-// hold at most together once a yield has lasted yieldBurst: enough to keep
-// them going under a steady stream of small events.
+// hold at most together: enough to keep them going, little enough that
+// the event they yield to has the worker.
 const yieldShare = 8
 
-// yieldBurst is how long a yield leaves the batches that yield one call
-// between them. Even an eighth of the calls, to destinations that answer
-// at once, keeps every core busy, and a small event's every step (its
+// yieldBurst is how long a yield leaves the pages that yield (a big
+// event's large batches) one call between them, rather than a part of the
+// eighth. Even an eighth of the calls, to destinations that answer at
+// once, keeps every core busy, and a small event's every step (its
 // workflow tasks, its page, its deliveries) then waits for them: a small
 // event's burst gets the workers to itself. A yield lasts until no event
 // has signalled for YieldHold, so a steady stream of small events leaves
-// the big ones an eighth after yieldBurst, not one call for ever.
+// the big ones an eighth after yieldBurst, not one call for ever. Small
+// batches that yield (to a higher priority) are short: they keep the
+// eighth.
 const yieldBurst = 5 * time.Second
 
-// yieldPart is what the batches that yield may hold together now, and
-// notes that they yield (mu held).
-func (c *Calls) yieldPart() int {
+// pagesPart is what the pages that yield may hold together now, and notes
+// that they yield (mu held).
+func (c *Calls) pagesPart() int {
 	now := time.Now()
 	if now.Sub(c.yieldLast) > YieldHold {
 		c.yieldFrom = now
@@ -163,6 +166,9 @@ func (c *Calls) yieldPart() int {
 	}
 	return max(c.size/yieldShare, 1)
 }
+
+// largeRank: rank is a priority's large batches' (rankOf).
+func largeRank(rank int) bool { return rank%2 == 1 }
 
 // yields reports whether rank's key k yields: another key holds or waits
 // for calls at a rank before rank, here or on another worker (remote) (mu
@@ -177,29 +183,34 @@ func (c *Calls) yields(rank int, k string) bool {
 }
 
 // mayTake reports whether rank's key k may take a free call now: it does
-// not yield, or those that yield hold less than their part of the pool
-// (mu held). One pass over the ranks, first to last, counts the calls of
-// the holders that yield.
+// not yield, or those that yield hold less than their part of the pool and
+// (for a page) the pages that yield less than theirs (pagesPart) (mu
+// held). One pass over the ranks, first to last, counts the calls of the
+// holders that yield.
 func (c *Calls) mayTake(rank int, k string) bool {
 	var before keysSeen
 	remote := c.remote.set()
-	yielding := 0
+	yielding, pages := 0, 0
 	for r := range c.held {
 		if before.n > 0 {
 			for key, x := range c.held[r] {
 				if before.other(key) {
 					yielding += x.n
+					if largeRank(r) {
+						pages += x.n
+					}
 				}
 			}
 		}
-		if r == rank {
-			if !before.other(k) {
-				return true
-			}
+		if r == rank && !before.other(k) {
+			return true
 		}
 		before.addRank(c.held[r], c.ranks[r].byKey, remote.at(r))
 	}
-	return yielding < c.yieldPart()
+	if yielding >= max(c.size/yieldShare, 1) {
+		return false
+	}
+	return !largeRank(rank) || pages < c.pagesPart()
 }
 
 // keysSeen is the distinct keys that hold, wait or signal at the ranks

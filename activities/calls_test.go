@@ -471,3 +471,27 @@ func TestCallsYieldHardAtFirst(t *testing.T) {
 		t.Fatalf("the pages hold %d calls after the burst, want their eighth (2)", pages)
 	}
 }
+
+// Small batches that yield to a higher priority keep their eighth from the
+// start: the burst's single call is for the pages.
+func TestCallsSmallBatchesKeepTheirEighth(t *testing.T) {
+	ctx := context.Background()
+	c := NewCalls(16) // the eighth: 2
+	if err := c.acquire(ctx, fanout.PriorityHigh, share{key: "high"}, 100); err != nil {
+		t.Fatal(err)
+	}
+	small := share{key: "normal"}
+	for i := range 2 {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.acquire(actx, fanout.PriorityNormal, small, 100)
+		cancel()
+		if err != nil {
+			t.Fatalf("a small normal batch beside a high one got %d calls, want its eighth (2): %v", i, err)
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := c.acquire(actx, fanout.PriorityNormal, small, 100); err == nil {
+		t.Fatal("a small normal batch beside a high one took a third call, over its eighth")
+	}
+}
