@@ -394,19 +394,7 @@ func TestCallsYieldToAnotherWorkersEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	granted := make(chan error, 1)
-	go func() { granted <- c.acquire(ctx, n, page, 100) }()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		w := c.ranks[rankOf(n, page)].len()
-		c.mu.Unlock()
-		if w == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the page took a third call while another worker's event signals")
-		}
-	}
+	granted := acquireQueued(t, c, n, page, "the page took a third call while another worker's event signals")
 	if c.mayGrow(n, page) {
 		t.Error("a yielding page may grow")
 	}
@@ -432,23 +420,11 @@ func TestCallsYieldHardAtFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	granted := make(chan error, 1)
-	go func() { granted <- c.acquire(ctx, n, page, 100) }()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		w := c.ranks[rankOf(n, page)].len()
-		c.mu.Unlock()
-		if w == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the page took a second call at the start of a yield, with 13 of 16 free")
-		}
-	}
+	granted := acquireQueued(t, c, n, page, "the page took a second call at the start of a yield, with 13 of 16 free")
 	c.release(n, small) // still within the burst: nothing for the page
 	select {
-	case <-granted:
-		t.Fatal("the page took a second call within the burst")
+	case err := <-granted:
+		t.Fatalf("the page took a second call within the burst (err %v)", err)
 	case <-time.After(50 * time.Millisecond):
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -493,5 +469,30 @@ func TestCallsSmallBatchesKeepTheirEighth(t *testing.T) {
 	defer cancel()
 	if err := c.acquire(actx, fanout.PriorityNormal, small, 100); err == nil {
 		t.Fatal("a small normal batch beside a high one took a third call, over its eighth")
+	}
+}
+
+// acquireQueued starts an acquire for sh and waits until it is queued, the
+// only waiter of its rank; it fails the test with msg if the acquire is
+// granted at once instead. The acquire's result comes on the channel.
+func acquireQueued(t *testing.T, c *Calls, p fanout.Priority, sh share, msg string) <-chan error {
+	t.Helper()
+	granted := make(chan error, 1)
+	go func() { granted <- c.acquire(context.Background(), p, sh, 100) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		w := c.ranks[rankOf(p, sh)].len()
+		c.mu.Unlock()
+		if w == 1 {
+			return granted
+		}
+		select {
+		case err := <-granted:
+			t.Fatalf("%s (err %v)", msg, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
 	}
 }

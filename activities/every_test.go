@@ -12,13 +12,11 @@ func TestEveryIsDueOncePerInterval(t *testing.T) {
 	var got atomic.Int32
 	var wg sync.WaitGroup
 	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if e.due(time.Hour) {
 				got.Add(1)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if n := got.Load(); n != 1 {
