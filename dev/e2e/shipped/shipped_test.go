@@ -283,6 +283,15 @@ func runShipped(t *testing.T, root string, bins map[string]string, name string) 
 			}
 		}
 		failed := closedUndelivered(ctx, tc, missing)
+		// An event may deliver and close between the sink's read above
+		// and the describe: a closed workflow's deliveries are all at the
+		// sink, so its count read now is final.
+		for id := range failed {
+			if got := e.sink.Event(id).Unique; got == ids[id].Audience {
+				delete(failed, id)
+				delete(missing, id)
+			}
+		}
 		if len(failed) > 0 || time.Now().After(deadline) {
 			t.Fatalf("%s as shipped does not deliver (after %s): recipients missing by event %v\n%s", name, time.Since(begin).Round(time.Millisecond), missing,
 				diagnose(ctx, tc, e, cfg, rw, procs, missing))
