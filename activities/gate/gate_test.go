@@ -393,13 +393,11 @@ func TestHolder(t *testing.T) {
 // TestAcquireErrors: when Redis cannot answer, Acquire returns an error and
 // never a verdict (least of all Deliver).
 func TestAcquireErrors(t *testing.T) {
-	closedPort, err := stack.FreePort()
+	closedPort, release, err := stack.RefusedPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !stack.PortFree(closedPort) {
-		t.Fatalf("port %d unexpectedly in use", closedPort)
-	}
+	defer release()
 	unreachable := redis.NewClient(&redis.Options{
 		Addr:        fmt.Sprintf("127.0.0.1:%d", closedPort),
 		DialTimeout: 500 * time.Millisecond,

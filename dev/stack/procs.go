@@ -142,6 +142,29 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// RefusedPort returns a port of 127.0.0.1 that refuses connections until
+// release is called: a TCP socket is bound to it and never listens. A port
+// from FreePort is only free for a moment, and any process (another test
+// package's sink) may listen on it later and answer; a bound socket keeps
+// every other bind off it, and keeps the kernel from handing it out.
+func RefusedPort() (port int, release func(), err error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("refused port: %w", err)
+	}
+	release = func() { _ = syscall.Close(fd) }
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		release()
+		return 0, nil, fmt.Errorf("refused port: bind: %w", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		release()
+		return 0, nil, fmt.Errorf("refused port: %w", err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port, release, nil
+}
+
 // PortFree reports whether nothing listens on 127.0.0.1:port.
 func PortFree(port int) bool {
 	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)

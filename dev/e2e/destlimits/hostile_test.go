@@ -41,15 +41,18 @@ func (h hostileAddrs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(p)
 }
 
-// closedPorts returns n loopback ports that were free a moment ago.
+// closedPorts returns n loopback ports that refuse every call until the test
+// ends (held by stack.RefusedPort, so no other process can listen there and
+// answer).
 func closedPorts(t *testing.T, n int) []int {
 	t.Helper()
 	ports := make([]int, 0, n)
 	for range n {
-		p, err := stack.FreePort()
+		p, release, err := stack.RefusedPort()
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(release)
 		ports = append(ports, p)
 	}
 	return ports

@@ -521,10 +521,11 @@ func TestNoSecretInLogsSpansOrHistories(t *testing.T) {
 	snk := &sink{c: c, delivered: map[string]int{}, tried: map[string]int{}}
 	sinkSrv := httptest.NewServer(snk) // on 127.0.0.1
 	defer sinkSrv.Close()
-	closed, err := stack.FreePort()
+	closed, release, err := stack.RefusedPort()
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer release()
 	src := &recipientsSource{c: c, sinkHost: strings.TrimPrefix(sinkSrv.URL, "http://"), closedHost: "127.0.0.1:" + strconv.Itoa(closed)}
 	srcSrv := httptest.NewServer(src)
 	defer srcSrv.Close()
