@@ -43,7 +43,7 @@ type Event struct {
 	// Tenant optionally names who sent the event (ValidateTenant's
 	// grammar). Events of one tenant share one fairness key on the task
 	// queues, so one sender publishing many events gets the share of one;
-	// without it every event has its own key (vocab.Fairness).
+	// without it every event has its own key (vocab.FairnessKey).
 	Tenant string `json:"tenant,omitempty"`
 	// Canary holds the event back after its first recipients: see Canary.
 	// Set, it replaces the type's (TypeOptions.CanaryRecipients and

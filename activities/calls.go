@@ -28,7 +28,7 @@ import (
 // event beside big ones of its priority takes the calls as they come free,
 // as a high event does beside normal ones. Within a priority and size,
 // events take turns by their fairness key (the key and weight Temporal
-// dispatches their batches by, vocab.Fairness): each key waiting gets calls
+// dispatches their batches by, vocab.TaskPriority): each key waiting gets calls
 // in proportion to its weight, so a small event beside big ones of its
 // priority gets its share of the sockets at once, not after them. Within a
 // key, the batch with the fewest recipients left goes first (first come

@@ -353,7 +353,7 @@ func StartOptions(ev fanout.Event) client.StartWorkflowOptions {
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
 		// The event's workflow tasks dispatch fairly against other events'
 		// on the events queue; its activities inherit the key.
-		Priority:      vocab.Fairness(ev, 0),
+		Priority:      vocab.TaskPriority(ev, 0),
 		StaticSummary: fmt.Sprintf("%s event %s (priority %s%s)", ev.Type, ev.ID, orDefault(string(ev.Priority), "type default"), summary),
 	}
 }

@@ -386,7 +386,7 @@ func (rv *deliveriesRedrive) startBatch(ctx context.Context, d activities.DeadLe
 		ID:                       wid,
 		TaskQueue:                vocab.DeliveryTaskQueue(prio),
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		Priority:                 vocab.Fairness(d.Event, 0),
+		Priority:                 vocab.TaskPriority(d.Event, 0),
 		StaticSummary:            fmt.Sprintf("redrive of %d dead letters of %s event %s", len(chunk), d.EventType, d.EventID),
 	}, workflows.DeliveryBatch, workflows.DeliveryBatchInput{DeliverBatchInput: activities.DeliverBatchInput{
 		Event: d.Event, Priority: prio, AttemptID: d.AttemptID, Recipients: chunk, Message: d.Message,

@@ -146,7 +146,7 @@ func Resend(ctx context.Context, tc client.Client, o ResendOptions) (ResendResul
 		TaskQueue:                vocab.DeliveryTaskQueue(ev.Priority),
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		Priority:                 vocab.Fairness(ev.Event, 0),
+		Priority:                 vocab.TaskPriority(ev.Event, 0),
 		Memo:                     map[string]any{MemoResendBy: o.By, MemoResendReason: o.Reason, MemoResendRecipients: len(rs)},
 		StaticSummary:            fmt.Sprintf("resend of %s event %s to %d recipients, by %s", o.EventType, o.EventID, len(rs), o.By),
 	}, vocab.DeliveryBatchWorkflow, in)

@@ -683,7 +683,7 @@ func (r *fanoutRun) startBatch(n int, recips []fanout.Recipient, ref *activities
 		WorkflowRunTimeout:    batchRunTimeout,
 		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_TERMINATE,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		Priority:              vocab.Fairness(r.in.Event, opts.FairnessWeight),
+		Priority:              vocab.TaskPriority(r.in.Event, opts.FairnessWeight),
 	})
 	bin := r.batchInput(n, recips, ref)
 	bin.Rate, bin.PaceFrom = pace.share, pace.from

@@ -333,7 +333,7 @@ func temporalArgs(port, uiPort, metricsPort int, dbFile string, stock bool) []st
 		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1")
 	// Task-queue fairness (off by default on self-hosted servers): each
 	// event's workflow tasks and batches carry a fairness key
-	// (vocab.Fairness), and the server dispatches the keys of a queue
+	// (vocab.TaskPriority), and the server dispatches the keys of a queue
 	// round-robin, so a small event is not queued behind a big one's
 	// batches. Production servers set the same dynamic config (docs/deploy.md).
 	args = append(args, "--dynamic-config-value", "matching.enableFairness=true")

@@ -33,10 +33,27 @@ func FairnessKey(ev fanout.Event) string {
 	return k[:30] + "~" + hex.EncodeToString(sum[:])[:MaxFairnessKeyLen-31]
 }
 
-// Fairness is the Temporal priority an event's work carries: its fairness
-// key, weighted by its type's FairnessWeight (0: the server's default, 1).
-// The priority key is left to the server's default: fanout's priorities are
-// task queues, each with its own pool.
-func Fairness(ev fanout.Event, weight float64) temporal.Priority {
-	return temporal.Priority{FairnessKey: FairnessKey(ev), FairnessWeight: float32(weight)}
+// HighPriorityKey is the Temporal priority key of the work of an event
+// that says it is high priority (Event.Priority). Where the server
+// dispatches by priority (with fairness on, or its new matcher), a queue
+// hands out its tasks of key 1 before those of the default, 3. Each
+// fanout priority has delivery queues of its own, so the key only tells on
+// the queue every event shares, the events queue: a high event's workflow
+// tasks pass the backlog of normal and low events'. Normal and low keep the
+// server's default, so that a stream of normal events cannot starve a low
+// one's workflow tasks.
+const HighPriorityKey = 1
+
+// TaskPriority is the Temporal priority an event's work carries: its
+// fairness key, weighted by its type's FairnessWeight (0: the server's
+// default, 1), and HighPriorityKey if the event says it is high priority.
+// (An event high by its type's default gets its own high delivery queues
+// all the same, but its workflow tasks keep the default key: the start
+// does not know its type's options.)
+func TaskPriority(ev fanout.Event, weight float64) temporal.Priority {
+	p := temporal.Priority{FairnessKey: FairnessKey(ev), FairnessWeight: float32(weight)}
+	if ev.Priority == fanout.PriorityHigh {
+		p.PriorityKey = HighPriorityKey
+	}
+	return p
 }

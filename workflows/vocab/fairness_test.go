@@ -43,9 +43,17 @@ func TestFairnessKey(t *testing.T) {
 	}
 }
 
-func TestFairnessWeight(t *testing.T) {
-	p := Fairness(fanout.Event{Type: "webhook", ID: "a"}, 2.5)
+func TestTaskPriority(t *testing.T) {
+	p := TaskPriority(fanout.Event{Type: "webhook", ID: "a"}, 2.5)
 	if p.FairnessKey != "e:webhook/a" || p.FairnessWeight != 2.5 || p.PriorityKey != 0 {
-		t.Errorf("Fairness = %+v, want key e:webhook/a, weight 2.5, no priority key", p)
+		t.Errorf("TaskPriority = %+v, want key e:webhook/a, weight 2.5, no priority key", p)
+	}
+	for _, c := range []struct {
+		prio fanout.Priority
+		want int
+	}{{fanout.PriorityHigh, HighPriorityKey}, {fanout.PriorityNormal, 0}, {fanout.PriorityLow, 0}, {"", 0}} {
+		if got := TaskPriority(fanout.Event{Type: "webhook", ID: "a", Priority: c.prio}, 0).PriorityKey; got != c.want {
+			t.Errorf("priority %q: priority key %d, want %d", c.prio, got, c.want)
+		}
 	}
 }
