@@ -522,15 +522,16 @@ func TestKeyRotation(t *testing.T) {
 			t.Fatalf("%s sealed with %q (%v), want %s", k, id, err, a.ID)
 		}
 	}
-	// Once the first window of children started, stop the A workers.
+	// Once the first batches are started (children, or for an event of one
+	// page its own DeliverBatch activities), stop the A workers.
 	deadline := time.Now().Add(time.Minute)
 	for {
 		d, err := st.TC.DescribeWorkflow(context.Background(), stack.WorkflowID(rot.ID), "")
-		if err == nil && len(d.RawResponse.GetPendingChildren()) > 0 {
+		if err == nil && len(d.RawResponse.GetPendingChildren())+len(d.RawResponse.GetPendingActivities()) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no child started: %v", err)
+			t.Fatalf("no batch started: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

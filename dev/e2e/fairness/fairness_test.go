@@ -181,9 +181,16 @@ func waitProgress(ctx context.Context, t *testing.T, s *stack.Stack, wid string,
 
 // batchStarts reads, from each of the event's n batch workflows in order,
 // when its first DeliverBatch activity attempt started and the task queue
-// it was scheduled on.
+// it was scheduled on; for an event of one page, whose batches are
+// DeliverBatch activities of its own, from the event's history.
 func batchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID string, n int) ([]time.Time, []string) {
 	t.Helper()
+	if out, queues := ownBatchStarts(ctx, t, s, eventID); len(out) > 0 {
+		if len(out) != n {
+			t.Fatalf("%s: %d DeliverBatch activities of its own, want %d", eventID, len(out), n)
+		}
+		return out, queues
+	}
 	out, queues := make([]time.Time, n), make([]string, n)
 	for i := range n {
 		wid := vocab.BatchWorkflowID(stack.WorkflowID(eventID), i)
@@ -221,4 +228,37 @@ func waitDelivered(ctx context.Context, t *testing.T, s *stack.Stack, evs ...sta
 			t.Fatalf("%s: delivered %d of %d", e.ID, res.Delivered, e.Audience)
 		}
 	}
+}
+
+// ownBatchStarts reads, from the event's own history, when each of its
+// DeliverBatch activities started and the queue it was scheduled on, in the
+// order they were scheduled (none: its batches are children).
+func ownBatchStarts(ctx context.Context, t *testing.T, s *stack.Stack, eventID string) ([]time.Time, []string) {
+	t.Helper()
+	var out []time.Time
+	var queues []string
+	at := map[int64]int{} // scheduled event id -> batch
+	it := s.TC.GetWorkflowHistory(ctx, stack.WorkflowID(eventID), "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(fmt.Errorf("history of %s: %w", eventID, err))
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a.GetActivityType().GetName() == "DeliverBatch" {
+			at[ev.GetEventId()] = len(out)
+			out = append(out, time.Time{})
+			queues = append(queues, a.GetTaskQueue().GetName())
+		}
+		if a := ev.GetActivityTaskStartedEventAttributes(); a != nil {
+			if i, ok := at[a.GetScheduledEventId()]; ok {
+				out[i] = ev.GetEventTime().AsTime()
+			}
+		}
+	}
+	for i, x := range out {
+		if x.IsZero() {
+			t.Fatalf("%s: DeliverBatch %d never started", eventID, i)
+		}
+	}
+	return out, queues
 }
