@@ -116,6 +116,7 @@ func run() error {
 		{"inline", g.inline},
 		{"inline-activity", g.inlineActivity},
 		{"multi-batch", g.multiBatch},
+		{"one-page", g.onePage},
 		{"continue-as-new", g.continueAsNew},
 		{"retries", g.retries},
 		{"pause-resume", g.pauseResume},
@@ -139,12 +140,13 @@ func run() error {
 }
 
 // scenarioNames are the names -only takes.
-var scenarioNames = []string{"inline", "inline-activity", "multi-batch", "continue-as-new", "retries", "pause-resume", "cancel", "scheduled", "occurrence"}
+var scenarioNames = []string{"inline", "inline-activity", "multi-batch", "one-page", "continue-as-new", "retries", "pause-resume", "cancel", "scheduled", "occurrence"}
 
 const (
 	evInline   = "hist-inline"
 	evInlineA  = "hist-inline-activity"
 	evMulti    = "hist-multi"
+	evOnePage  = "hist-one-page"
 	evCAN      = "hist-can"
 	evRetries  = "hist-retries"
 	evPause    = "hist-pause"
@@ -208,6 +210,24 @@ func (g *gen) multiBatch(ctx context.Context) error {
 	}
 	return g.export(ctx, "deliverybatch.json", vocab.DeliveryBatchWorkflow, vocab.BatchWorkflowID(wid(evMulti), 0), "",
 		"DeliveryBatch 0 of the multi-batch event: one DeliverBatch activity, all delivered")
+}
+
+// onePage: 1,500 recipients, one page (FANOUT_PAGE_SIZE) in three batches
+// of 500, run as DeliverBatch activities of the event's own, no child (the
+// one-step-batches version).
+func (g *gen) onePage(ctx context.Context) error {
+	if err := g.s.Publish(ctx, stack.Event{ID: evOnePage, Audience: 1500}); err != nil {
+		return err
+	}
+	res, err := g.s.Wait(ctx, evOnePage)
+	if err != nil {
+		return err
+	}
+	if res.Delivered != 1500 || res.BatchesStarted != 3 || res.Pages != 1 {
+		return fmt.Errorf("unexpected result %+v", res.Progress)
+	}
+	return g.export(ctx, "fanout-one-page.json", vocab.FanoutWorkflow, wid(evOnePage), "",
+		"Fanout of 1,500 recipients in one page: its 3 batches of 500 run as DeliverBatch activities of its own, no child")
 }
 
 // continueAsNew: started directly (as the bridge would) with a small
