@@ -129,18 +129,6 @@ func (y *Yields) set() *yieldSet {
 	return y.active.Load()
 }
 
-// Yielding reports whether, as of the last read, a batch of priority p
-// (a large one, or not) of the event with fairness key key yields to
-// another event's signal.
-func (y *Yields) Yielding(p fanout.Priority, large bool, key string) bool {
-	var before keysSeen
-	set := y.set()
-	for r := 0; r < rankOf(p, share{large: large}); r++ {
-		before.addRank(nil, nil, set.at(r))
-	}
-	return before.other(key)
-}
-
 // run reads YieldKey every yieldPoll until ctx ends.
 func (y *Yields) run(ctx context.Context) {
 	t := time.NewTicker(yieldPoll)
