@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fanout/fanout"
@@ -41,6 +44,7 @@ func (b *bench) slow(ctx context.Context) (Row, error) {
 		if err != nil {
 			return Row{}, err
 		}
+		b.printRamp(ctx, "slow", b.lastHeavy, r.Seconds)
 		secs, cpu, err := b.bareLoop(ctx, "slow-loop", n, c)
 		if err != nil {
 			return Row{}, err
@@ -143,4 +147,36 @@ func (b *bench) latencies(ctx context.Context, label string, evs ...stack.Event)
 	}
 	b.settle(ctx)
 	return ms, nil
+}
+
+// printRamp prints when an event's first delivery came after its publish
+// (secs: from the publish to its last delivery) and its deliveries in each
+// second from then on: where a latency-bound run loses time (the ramp, the
+// tail) against a loop that is full at once.
+func (b *bench) printRamp(ctx context.Context, label, id string, secs float64) {
+	st, err := b.st.SinkClient.Event(ctx, id)
+	if err != nil {
+		fmt.Fprintf(b.out, "[bench] %s: reading the sink: %v\n", label, err)
+		return
+	}
+	per, err := b.st.SinkClient.PerSecond(ctx, id)
+	if err != nil {
+		fmt.Fprintf(b.out, "[bench] %s: reading the sink: %v\n", label, err)
+		return
+	}
+	var at []int64
+	for s := range per {
+		at = append(at, s)
+	}
+	slices.Sort(at)
+	counts := make([]string, 0, len(at))
+	for i, s := range at {
+		if i > 0 && s != at[i-1]+1 {
+			counts = append(counts, "…")
+		}
+		counts = append(counts, strconv.Itoa(per[s]))
+	}
+	span := st.Last.Sub(st.First).Seconds()
+	fmt.Fprintf(b.out, "[bench] %s: first delivery %.2f s after the publish, the last %.2f s after the first; by second: %s\n",
+		label, secs-span, span, strings.Join(counts, " "))
 }
