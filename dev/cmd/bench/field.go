@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -166,7 +167,7 @@ func (b *bench) warmUp(ctx context.Context, label string, evs ...stack.Event) er
 // publish to last delivery, in milliseconds, in their order; with settle,
 // it then waits for the sink to go quiet (not beside events that go on).
 func (b *bench) latencies(ctx context.Context, label string, settle bool, evs ...stack.Event) ([]float64, error) {
-	t0 := time.Now()
+	cpu0, t0 := b.cpuTimes(), time.Now()
 	if err := b.st.Publish(ctx, evs...); err != nil {
 		return nil, err
 	}
@@ -174,6 +175,15 @@ func (b *bench) latencies(ctx context.Context, label string, settle bool, evs ..
 	if err != nil {
 		return nil, err
 	}
+	// What each process spent meanwhile: beside other events, whose work
+	// takes the cores from these.
+	cpu, took := diffCPU(cpu0, b.cpuTimes()), time.Since(t0)
+	procs := slices.Sorted(maps.Keys(cpu))
+	parts := make([]string, len(procs))
+	for i, p := range procs {
+		parts[i] = fmt.Sprintf("%s %.0f", p, cpu[p]*1000)
+	}
+	fmt.Fprintf(b.out, "[bench %s] CPU ms in the %.0f ms to their last delivery: %s\n", label, float64(took.Microseconds())/1000, strings.Join(parts, ", "))
 	ms := make([]float64, len(evs))
 	for i, e := range evs {
 		ms[i] = float64(done[e.ID].Sub(t0).Microseconds()) / 1000
