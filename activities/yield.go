@@ -38,13 +38,15 @@ const maxYielding = 1000
 // Yields carries, between workers, which events the others' batches yield
 // to. A worker's Calls makes the batches behind an event's rank yield
 // while that event holds or waits for calls on the same worker; but a
-// small event spends much of its time elsewhere: its Open on an events
-// worker, its workflow tasks, its batches on another delivery worker. Each
-// of those slows down when the big events' pages keep every core of the
-// deployment busy (the Temporal server, Redis, the destinations). So an
-// event signals when it opens and while its small batches deliver
-// (Signal), and every worker's Calls reads the signals (Active) and makes
-// the batches behind them yield as if the event were delivering there.
+// small event spends much of its time elsewhere: its start, its Open on an
+// events worker, its workflow tasks, its batches on another delivery
+// worker. Each of those slows down when the big events' pages keep every
+// core of the deployment busy (the Temporal server, Redis, the
+// destinations). So an event signals when the bridge starts it (an event
+// that names its priority and is not scheduled for later), when it opens
+// and while its small batches deliver (Signal), and every worker's Calls
+// reads the signals and makes the batches behind them yield as if the
+// event were delivering there.
 //
 // A Redis error is logged (at most every 10 s) and reads as no signal: the
 // batches then do not yield to other workers' events. nil: no signals.
@@ -66,6 +68,17 @@ type yieldSet [2 * 3]map[string]bool
 // NewYields returns the signals over rdb (nil without Redis); run reads
 // them until ctx ends.
 func NewYields(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) *Yields {
+	y := NewYieldSignals(rdb, log)
+	if y != nil {
+		go y.run(ctx)
+	}
+	return y
+}
+
+// NewYieldSignals returns signals over rdb that are sent only, never read
+// (nil without Redis): the bridge's, which signals each event as it starts
+// it (starter.Config.Yields).
+func NewYieldSignals(rdb redis.UniversalClient, log *slog.Logger) *Yields {
 	if rdb == nil {
 		return nil
 	}
@@ -74,12 +87,11 @@ func NewYields(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger)
 	}
 	y := &Yields{rdb: rdb, log: log, sent: map[string]time.Time{}}
 	y.active.Store(&yieldSet{})
-	go y.run(ctx)
 	return y
 }
 
 // Signal says that an event of priority p with fairness key key is
-// opening or delivering small batches: it adds it to YieldKey for
+// starting, opening or delivering small batches: it adds it to YieldKey for
 // YieldHold, at most four times per YieldHold per event and worker, in the
 // background (the caller does not wait for it).
 func (y *Yields) Signal(p fanout.Priority, key string) {

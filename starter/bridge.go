@@ -34,6 +34,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/backoff"
 	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/workflows"
@@ -92,6 +93,13 @@ type Config struct {
 	// ("": "default"). The bridge reads its search attributes before it
 	// consumes, and waits until it has fanout's (`starter setup`).
 	Namespace string
+	// Yields signals each event the bridge starts to every worker, so the
+	// big events' batches behind its priority yield to it from its start
+	// rather than from its Open (activities.Yields). Only an event that
+	// names its priority and is not scheduled for later signals here (the
+	// bridge does not know the types' default priorities); every event
+	// signals at its Open. nil: no signals from the bridge.
+	Yields *activities.Yields
 }
 
 // Stats are the bridge's counters.
@@ -400,6 +408,9 @@ func (b *Bridge) start(ctx context.Context, ev fanout.Event) error {
 			b.count(ctx, OutcomeDuplicate, "")
 			return nil
 		}
+	}
+	if ev.Priority != "" && !ev.DeliverAt.After(time.Now()) {
+		b.cfg.Yields.Signal(ev.Priority, vocab.FairnessKey(ev))
 	}
 	dup, err := StartEvent(sctx, b.tc, ev, b.cfg.Eager, b.cfg.Validator.Horizon)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fanout/fanout"
+	"github.com/fanout/fanout/activities"
 	"github.com/fanout/fanout/internal/config"
 	"github.com/fanout/fanout/internal/kafkatopic"
 	"github.com/fanout/fanout/workers/webhook"
@@ -154,6 +155,7 @@ func (s Settings) Config(rdb redis.UniversalClient, log *slog.Logger, types []st
 		Validator:      Validator{Types: types, MaxPayloadBytes: s.MaxPayloadBytes, Horizon: s.ScheduleHorizon},
 		CommitInterval: s.CommitInterval,
 		Events:         NewEventRecord(rdb, s.EventTTL),
+		Yields:         activities.NewYieldSignals(rdb, log),
 		Logger:         log,
 	}, nil
 }
