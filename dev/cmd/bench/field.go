@@ -102,10 +102,14 @@ func (b *bench) fairness(ctx context.Context) (Row, error) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		cancel()
+		bigBefore, at := b.unique(ctx, big[0].ID)+b.unique(ctx, big[1].ID), time.Now()
 		ms, err := b.latencies(ctx, "fairness", false, pair("")...)
 		if err != nil {
 			return Row{}, err
 		}
+		bigDuring := b.unique(ctx, big[0].ID) + b.unique(ctx, big[1].ID) - bigBefore
+		fmt.Fprintf(b.out, "[bench fairness] the big events delivered %d in the %.0f ms of pair %d (%.0f/s)\n",
+			bigDuring, float64(time.Since(at).Milliseconds()), i+1, float64(bigDuring)/time.Since(at).Seconds())
 		beside[0], beside[1] = append(beside[0], ms[0]), append(beside[1], ms[1])
 	}
 	done, err := b.waitDelivered(ctx, "fairness-big", big, 60*time.Minute)
@@ -167,23 +171,59 @@ func (b *bench) warmUp(ctx context.Context, label string, evs ...stack.Event) er
 // publish to last delivery, in milliseconds, in their order; with settle,
 // it then waits for the sink to go quiet (not beside events that go on).
 func (b *bench) latencies(ctx context.Context, label string, settle bool, evs ...stack.Event) ([]float64, error) {
-	cpu0, t0 := b.cpuTimes(), time.Now()
+	// What each process spends meanwhile (read every 20 ms): beside other
+	// events, whose work takes the cores from these.
+	type sample struct {
+		at  time.Time
+		cpu map[string]procCPU
+	}
+	samples := []sample{{time.Now(), b.cpuTimes()}}
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan []sample, 1)
+	go func() {
+		out, t := samples, time.NewTicker(20*time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				sampled <- out
+				return
+			case <-t.C:
+				out = append(out, sample{time.Now(), b.cpuTimes()})
+			}
+		}
+	}()
+	t0 := time.Now()
 	if err := b.st.Publish(ctx, evs...); err != nil {
+		stopSampling()
 		return nil, err
 	}
 	done, err := b.waitDelivered(ctx, label, evs, 10*time.Minute)
+	stopSampling()
+	samples = <-sampled
 	if err != nil {
 		return nil, err
 	}
-	// What each process spent meanwhile: beside other events, whose work
-	// takes the cores from these.
-	cpu, took := diffCPU(cpu0, b.cpuTimes()), time.Since(t0)
+	last := t0
+	for _, e := range evs {
+		if done[e.ID].After(last) {
+			last = done[e.ID]
+		}
+	}
+	end := samples[len(samples)-1]
+	for _, s := range samples {
+		if !s.at.Before(last) {
+			end = s
+			break
+		}
+	}
+	cpu := diffCPU(samples[0].cpu, end.cpu)
 	procs := slices.Sorted(maps.Keys(cpu))
 	parts := make([]string, len(procs))
 	for i, p := range procs {
 		parts[i] = fmt.Sprintf("%s %.0f", p, cpu[p]*1000)
 	}
-	fmt.Fprintf(b.out, "[bench %s] CPU ms in the %.0f ms to their last delivery: %s\n", label, float64(took.Microseconds())/1000, strings.Join(parts, ", "))
+	fmt.Fprintf(b.out, "[bench %s] CPU ms from the publish to the last delivery (%.0f ms): %s\n", label, float64(end.at.Sub(samples[0].at).Microseconds())/1000, strings.Join(parts, ", "))
 	ms := make([]float64, len(evs))
 	for i, e := range evs {
 		ms[i] = float64(done[e.ID].Sub(t0).Microseconds()) / 1000
