@@ -60,6 +60,21 @@ func (setUp) ListSearchAttributes(context.Context, *operatorservice.ListSearchAt
 	return &operatorservice.ListSearchAttributesResponse{CustomAttributes: have}, nil
 }
 
+// runBridge runs b; the func it returns releases tc's hanging starts,
+// stops b and checks that Run ended without an error.
+func runBridge(ctx context.Context, t *testing.T, b *starter.Bridge, tc stuckStarts) func() {
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(runCtx) }()
+	return func() {
+		close(tc.release)
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}
+
 // TestBridgeOneStuckPartitionDoesNotStallTheOthers: partition 0's starts
 // hang with far more records waiting than any lane or fetch queue holds;
 // the events of partition 1, published after, are still started and
@@ -95,16 +110,7 @@ func TestBridgeOneStuckPartitionDoesNotStallTheOthers(t *testing.T) {
 	tc := stuckStarts{release: make(chan struct{}), started: make(chan string, 2000)}
 	b := starter.New(starter.Config{Kafka: kc, Topic: topic, GroupID: group, DLQTopic: dlq,
 		Validator: starter.Validator{Types: []string{"webhook"}}}, tc)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.Run(runCtx) }()
-	defer func() {
-		close(tc.release)
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runBridge(ctx, t, b, tc)()
 
 	// Let the bridge take partition 0's records in until its lane is full.
 	time.Sleep(5 * time.Second)

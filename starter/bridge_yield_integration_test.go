@@ -62,16 +62,7 @@ func TestBridgeSignalsTheEventsItStarts(t *testing.T) {
 	b := starter.New(starter.Config{Kafka: kc, Topic: topic, GroupID: group, DLQTopic: dlq,
 		Validator: starter.Validator{Types: []string{"webhook"}},
 		Yields:    activities.NewYieldSignals(rdb, nil)}, tc)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.Run(runCtx) }()
-	defer func() {
-		close(tc.release)
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer runBridge(ctx, t, b, tc)()
 	for range events {
 		select {
 		case <-tc.started:
