@@ -228,7 +228,7 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 		// A call from the worker's pool (calls.go), before the feed picks
 		// a recipient: a wait for a destination's limit holds at most one
 		// call per batch.
-		if err := a.Calls.acquire(fctx, in.Priority, d.share, src.remaining()); err != nil {
+		if err := a.Calls.acquire(fctx, in.Priority, d.share, src.remaining(), d.beatLocked); err != nil {
 			if yielded(err) {
 				left = leftOver{n: src.remaining()}
 			}
