@@ -65,8 +65,6 @@ type Calls struct {
 	// batches last started to yield, yieldLast when they last did.
 	burst                time.Duration
 	yieldFrom, yieldLast time.Time
-	// beatEvery is acquireBeat (tests shorten it).
-	beatEvery time.Duration
 }
 
 // YieldTo makes the pool's batches yield to the events y reports as well
@@ -94,9 +92,7 @@ type holding struct {
 }
 
 // NewCalls is a pool of n calls in flight (at least 1).
-func NewCalls(n int) *Calls {
-	return &Calls{size: max(n, 1), free: max(n, 1), burst: yieldBurst, beatEvery: acquireBeat}
-}
+func NewCalls(n int) *Calls { return &Calls{size: max(n, 1), free: max(n, 1), burst: yieldBurst} }
 
 // share is whose turn a waiter takes: its event's fairness key and weight
 // (0: 1), and whether its batch is a large one.
@@ -336,11 +332,8 @@ func rankOf(p fanout.Priority, sh share) int {
 // acquire takes a call for a delivery of priority p, for share sh, from a
 // batch with left recipients to go, waiting until one is free and it is
 // the waiter's turn; it fails only with ctx's error, holding nothing. A nil
-// pool never waits. While it waits it calls beat (when not nil) every
-// acquireBeat: a batch behind others of its event for the calls may wait
-// longer than its activity's heartbeat timeout, and must not time out for
-// it.
-func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left int, beat func()) error {
+// pool never waits.
+func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left int) error {
 	if c == nil {
 		return nil
 	}
@@ -357,46 +350,23 @@ func (c *Calls) acquire(ctx context.Context, p fanout.Priority, sh share, left i
 	c.ranks[rank].push(w, sh)
 	c.dispatch() // free calls that those waiting before it may not take
 	c.mu.Unlock()
-	if c.wait(ctx, w, beat) {
-		return nil
-	}
-	c.mu.Lock()
 	select {
-	case <-w.ready: // granted as we gave up: hand it on
-		c.mu.Unlock()
-		c.release(p, sh)
-	default:
-		c.ranks[rank].remove(w)
-		c.dispatch() // others may have yielded to it
-		c.mu.Unlock()
-	}
-	return ctx.Err()
-}
-
-// wait waits for w's call (true) or the end of ctx (false), calling beat
-// (when not nil) every beatEvery meanwhile.
-func (c *Calls) wait(ctx context.Context, w *waiter, beat func()) bool {
-	var tick <-chan time.Time
-	if beat != nil {
-		t := time.NewTicker(c.beatEvery)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		c.mu.Lock()
 		select {
-		case <-w.ready:
-			return true
-		case <-tick:
-			beat()
-		case <-ctx.Done():
-			return false
+		case <-w.ready: // granted as we gave up: hand it on
+			c.mu.Unlock()
+			c.release(p, sh)
+		default:
+			c.ranks[rank].remove(w)
+			c.dispatch() // others may have yielded to it
+			c.mu.Unlock()
 		}
+		return ctx.Err()
 	}
 }
-
-// acquireBeat is how often a batch that waits for a call heartbeats (the
-// SDK sends at most one heartbeat per throttle interval of its own).
-const acquireBeat = time.Second
 
 // noneWaitingUpTo: no waiter of rank or a higher priority (mu held).
 func (c *Calls) noneWaitingUpTo(rank int) bool {

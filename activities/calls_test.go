@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 func TestCallsServePrioritiesFirst(t *testing.T) {
 	c := NewCalls(1)
 	ctx := context.Background()
-	if err := c.acquire(ctx, fanout.PriorityLow, share{}, 0, nil); err != nil {
+	if err := c.acquire(ctx, fanout.PriorityLow, share{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 8)
@@ -27,7 +26,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	wait := func(name string, p fanout.Priority) {
 		sh := share{large: strings.Contains(name, "large")}
 		go func() {
-			if err := c.acquire(ctx, p, sh, 0, nil); err != nil {
+			if err := c.acquire(ctx, p, sh, 0); err != nil {
 				got <- "error " + err.Error()
 				return
 			}
@@ -61,7 +60,7 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 	// A high waiter that gives up leaves the others' order alone.
 	cctx, cancel := context.WithCancel(ctx)
 	gaveUp := make(chan error, 1)
-	go func() { gaveUp <- c.acquire(cctx, fanout.PriorityHigh, share{}, 0, nil) }()
+	go func() { gaveUp <- c.acquire(cctx, fanout.PriorityHigh, share{}, 0) }()
 	for {
 		c.mu.Lock()
 		n := c.ranks[rankOf(fanout.PriorityHigh, share{})].len()
@@ -103,13 +102,13 @@ func TestCallsServePrioritiesFirst(t *testing.T) {
 func TestCallsServeTheShortestBatchFirst(t *testing.T) {
 	c := NewCalls(1)
 	ctx := context.Background()
-	if err := c.acquire(ctx, fanout.PriorityNormal, share{}, 0, nil); err != nil {
+	if err := c.acquire(ctx, fanout.PriorityNormal, share{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan int, 4)
 	for i, left := range []int{9000, 40, 700} {
 		go func() {
-			if err := c.acquire(ctx, fanout.PriorityNormal, share{}, left, nil); err == nil {
+			if err := c.acquire(ctx, fanout.PriorityNormal, share{}, left); err == nil {
 				got <- left
 			}
 		}()
@@ -141,14 +140,14 @@ func TestCallsServeTheShortestBatchFirst(t *testing.T) {
 func TestCallsTakeTurnsByFairnessKey(t *testing.T) {
 	c := NewCalls(1)
 	ctx := context.Background()
-	if err := c.acquire(ctx, fanout.PriorityNormal, share{}, 0, nil); err != nil {
+	if err := c.acquire(ctx, fanout.PriorityNormal, share{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan string, 64)
 	queued := 0
 	wait := func(name string, sh share, left int) {
 		go func() {
-			if err := c.acquire(ctx, fanout.PriorityNormal, sh, left, nil); err == nil {
+			if err := c.acquire(ctx, fanout.PriorityNormal, sh, left); err == nil {
 				got <- name
 			}
 		}()
@@ -241,7 +240,7 @@ func TestCallsGrowToTheEventsShare(t *testing.T) {
 		waiter := holds[1].(share) // the first holder's event waits
 		for i := 0; i < len(holds); i += 3 {
 			for range holds[i+2].(int) {
-				if err := c.acquire(ctx, holds[i].(fanout.Priority), holds[i+1].(share), 100, nil); err != nil {
+				if err := c.acquire(ctx, holds[i].(fanout.Priority), holds[i+1].(share), 100); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -249,7 +248,7 @@ func TestCallsGrowToTheEventsShare(t *testing.T) {
 		if !c.mayGrow(n, waiter) {
 			t.Fatal("with no one waiting, a batch may not grow")
 		}
-		go func() { _ = c.acquire(ctx, n, waiter, 900, nil) }()
+		go func() { _ = c.acquire(ctx, n, waiter, 900) }()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 			c.mu.Lock()
 			w := c.ranks[rankOf(n, waiter)].len()
@@ -321,7 +320,7 @@ func TestCallsYieldToAnEarlierRank(t *testing.T) {
 	c.burst = 0
 	take := func(sh share, k int) {
 		for range k {
-			if err := c.acquire(ctx, n, sh, 100, nil); err != nil {
+			if err := c.acquire(ctx, n, sh, 100); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -391,7 +390,7 @@ func TestCallsYieldToAnotherWorkersEvent(t *testing.T) {
 	c.burst = 0
 	c.YieldTo(y)
 	for range 2 {
-		if err := c.acquire(ctx, n, page, 100, nil); err != nil {
+		if err := c.acquire(ctx, n, page, 100); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -417,7 +416,7 @@ func TestCallsYieldHardAtFirst(t *testing.T) {
 	c := NewCalls(16) // the pages' part while they yield: 1, then 2
 	c.burst = 200 * time.Millisecond
 	for _, sh := range []share{small, small, page} {
-		if err := c.acquire(ctx, n, sh, 100, nil); err != nil {
+		if err := c.acquire(ctx, n, sh, 100); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -429,7 +428,7 @@ func TestCallsYieldHardAtFirst(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	time.Sleep(200 * time.Millisecond)
-	if err := c.acquire(ctx, n, small, 100, nil); err != nil { // a dispatch, past the burst
+	if err := c.acquire(ctx, n, small, 100); err != nil { // a dispatch, past the burst
 		t.Fatal(err)
 	}
 	c.release(n, small)
@@ -454,13 +453,13 @@ func TestCallsYieldHardAtFirst(t *testing.T) {
 func TestCallsSmallBatchesKeepTheirEighth(t *testing.T) {
 	ctx := context.Background()
 	c := NewCalls(16) // the eighth: 2
-	if err := c.acquire(ctx, fanout.PriorityHigh, share{key: "high"}, 100, nil); err != nil {
+	if err := c.acquire(ctx, fanout.PriorityHigh, share{key: "high"}, 100); err != nil {
 		t.Fatal(err)
 	}
 	small := share{key: "normal"}
 	for i := range 2 {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := c.acquire(actx, fanout.PriorityNormal, small, 100, nil)
+		err := c.acquire(actx, fanout.PriorityNormal, small, 100)
 		cancel()
 		if err != nil {
 			t.Fatalf("a small normal batch beside a high one got %d calls, want its eighth (2): %v", i, err)
@@ -468,7 +467,7 @@ func TestCallsSmallBatchesKeepTheirEighth(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if err := c.acquire(actx, fanout.PriorityNormal, small, 100, nil); err == nil {
+	if err := c.acquire(actx, fanout.PriorityNormal, small, 100); err == nil {
 		t.Fatal("a small normal batch beside a high one took a third call, over its eighth")
 	}
 }
@@ -479,7 +478,7 @@ func TestCallsSmallBatchesKeepTheirEighth(t *testing.T) {
 func acquireQueued(t *testing.T, c *Calls, p fanout.Priority, sh share, msg string) <-chan error {
 	t.Helper()
 	granted := make(chan error, 1)
-	go func() { granted <- c.acquire(context.Background(), p, sh, 100, nil) }()
+	go func() { granted <- c.acquire(context.Background(), p, sh, 100) }()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		c.mu.Lock()
 		w := c.ranks[rankOf(p, sh)].len()
@@ -495,41 +494,5 @@ func acquireQueued(t *testing.T, c *Calls, p fanout.Priority, sh share, msg stri
 		if time.Now().After(deadline) {
 			t.Fatal(msg)
 		}
-	}
-}
-
-// TestAWaitingBatchHeartbeats: a batch that waits for a call (the pool is
-// held) beats every beatEvery while it waits, and no more once it has the
-// call: deliveries.run heartbeats its activity with it, so a big event's
-// batch behind its others for the calls is not timed out before its first
-// call (a DeliverBatch's heartbeat timeout is a call's time and 5 s).
-func TestAWaitingBatchHeartbeats(t *testing.T) {
-	ctx := context.Background()
-	c := NewCalls(1)
-	c.beatEvery = 5 * time.Millisecond
-	if err := c.acquire(ctx, fanout.PriorityNormal, share{key: "a"}, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	var beats atomic.Int32
-	got := make(chan error, 1)
-	go func() { got <- c.acquire(ctx, fanout.PriorityNormal, share{key: "b"}, 1, func() { beats.Add(1) }) }()
-	for deadline := time.Now().Add(5 * time.Second); beats.Load() < 5; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d beats in 5 s of waiting for a call, want 5", beats.Load())
-		}
-	}
-	select {
-	case err := <-got:
-		t.Fatalf("acquired (%v) while the only call was held", err)
-	default:
-	}
-	c.release(fanout.PriorityNormal, share{key: "a"})
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	after := beats.Load()
-	time.Sleep(50 * time.Millisecond)
-	if n := beats.Load(); n != after {
-		t.Errorf("%d beats after the call was granted", n-after)
 	}
 }

@@ -35,6 +35,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	d := &deliveries{a: a, ctx: ctx, h: h, in: &in, share: shareOf(ctx, in.Event), out: make([]outcome, 0, len(todo)), done: skipped,
 		marks: make(chan string, max(maxCallers, 1)), flushed: make(chan error, 1), work: make(chan delivery)}
 	d.feed = a.newDestFeed(ctx, h, in, todo, d.beatLocked)
+	defer d.keepBeating(ctx)()
 	// A failed flush stops the batch: what is delivered from then on could
 	// not be marked, and the retry would deliver it again.
 	dctx, stopDeliveries := context.WithCancelCause(ctx)
@@ -101,6 +102,28 @@ type deliveries struct {
 func (d *deliveries) beat() {
 	d.lastBeat = time.Now()
 	heartbeatDetail(d.ctx, d.feed, deliverProgress{Done: d.done, Total: len(d.in.Recipients)})
+}
+
+// keepBeating heartbeats the progress every third of the activity's
+// heartbeat timeout in which nothing else did (beatWhileIdle): a big
+// event's batches are served one after another within its key, so a batch
+// behind others of 10,000 may wait for its first call longer than its
+// heartbeat timeout. Nothing in a local activity, or without a heartbeat
+// timeout.
+func (d *deliveries) keepBeating(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	info := activity.GetInfo(ctx)
+	if info.IsLocalActivity || info.HeartbeatTimeout <= 0 {
+		return func() {}
+	}
+	last := func() time.Time {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.lastBeat
+	}
+	return beatWhileIdle(ctx, info.HeartbeatTimeout/3, last, d.beatLocked)
 }
 
 // beatLocked heartbeats, taking mu (for the waits of the feed).
@@ -228,7 +251,7 @@ func (d *deliveries) run(ctx, gctx context.Context, todo []fanout.Recipient) (le
 		// A call from the worker's pool (calls.go), before the feed picks
 		// a recipient: a wait for a destination's limit holds at most one
 		// call per batch.
-		if err := a.Calls.acquire(fctx, in.Priority, d.share, src.remaining(), d.beatLocked); err != nil {
+		if err := a.Calls.acquire(fctx, in.Priority, d.share, src.remaining()); err != nil {
 			if yielded(err) {
 				left = leftOver{n: src.remaining()}
 			}

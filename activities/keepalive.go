@@ -44,3 +44,30 @@ func keepAlive(ctx context.Context) (stop func()) {
 	}()
 	return func() { close(done) }
 }
+
+// beatWhileIdle calls beat whenever every has passed since the last beat
+// (last), checking every every, until stop is called or ctx ends: a
+// DeliverBatch heartbeats its progress itself as calls end, and this keeps
+// it alive while it waits instead (for a call from the worker's pool,
+// behind its event's other batches; for a destination's limit), so the
+// server does not time it out for the wait.
+func beatWhileIdle(ctx context.Context, every time.Duration, last func() time.Time, beat func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if time.Since(last()) >= every {
+					beat()
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
