@@ -27,22 +27,8 @@ func keepAlive(ctx context.Context) (stop func()) {
 	if info.IsLocalActivity || info.HeartbeatTimeout <= 0 {
 		return func() {}
 	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(info.HeartbeatTimeout / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
+	never := func() time.Time { return time.Time{} } // beat every time
+	return beatWhileIdle(ctx, info.HeartbeatTimeout/3, never, func() { activity.RecordHeartbeat(ctx) })
 }
 
 // beatWhileIdle calls beat whenever every has passed since the last beat
