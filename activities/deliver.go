@@ -35,7 +35,8 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	d := &deliveries{a: a, ctx: ctx, h: h, in: &in, share: shareOf(ctx, in.Event), out: make([]outcome, 0, len(todo)), done: skipped,
 		marks: make(chan string, max(maxCallers, 1)), flushed: make(chan error, 1), work: make(chan delivery)}
 	d.feed = a.newDestFeed(ctx, h, in, todo, d.beatLocked)
-	defer d.keepBeating(ctx)()
+	stopBeats := d.keepBeating(ctx)
+	defer stopBeats()
 	// A failed flush stops the batch: what is delivered from then on could
 	// not be marked, and the retry would deliver it again.
 	dctx, stopDeliveries := context.WithCancelCause(ctx)
@@ -54,6 +55,7 @@ func (a *Activities) deliverAll(ctx context.Context, h fanout.Handler, in Delive
 	close(d.work)
 	werr := g.Wait()
 	close(d.marks)
+	stopBeats() // before the final heartbeat, which no keeper's may follow
 	for _, err := range []error{<-d.flushed, werr, ctx.Err(), feedErr} {
 		if err != nil {
 			return nil, leftOver{}, nil, 0, err

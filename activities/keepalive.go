@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -37,9 +38,12 @@ func keepAlive(ctx context.Context) (stop func()) {
 // it alive while it waits instead (for a call from the worker's pool,
 // behind its event's other batches; for a destination's limit), so the
 // server does not time it out for the wait.
+// stop returns once the keeper has stopped (no beat after it), and may be
+// called again.
 func beatWhileIdle(ctx context.Context, every time.Duration, last func() time.Time, beat func()) (stop func()) {
-	done := make(chan struct{})
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -55,5 +59,5 @@ func beatWhileIdle(ctx context.Context, every time.Duration, last func() time.Ti
 			}
 		}
 	}()
-	return func() { close(done) }
+	return sync.OnceFunc(func() { close(done); <-exited })
 }

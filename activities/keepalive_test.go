@@ -8,7 +8,8 @@ import (
 )
 
 // TestBeatWhileIdle: a batch's keeper beats every interval in which nothing
-// else beat, none while the batch beats by itself, and none after stop:
+// else beat, none while the batch beats by itself, and none once stop has
+// returned (which may be called twice):
 // deliveries.keepBeating heartbeats a batch that waits (for a call, behind
 // its event's other batches) so that it is not timed out for the wait.
 func TestBeatWhileIdle(t *testing.T) {
@@ -29,6 +30,7 @@ func TestBeatWhileIdle(t *testing.T) {
 	}
 	stop()
 	n := count()
+	stop() // again: a no-op
 	time.Sleep(30 * time.Millisecond)
 	if count() != n {
 		t.Errorf("%d beats after stop", count()-n)
