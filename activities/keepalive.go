@@ -38,6 +38,7 @@ func keepAlive(ctx context.Context) (stop func()) {
 // it alive while it waits instead (for a call from the worker's pool,
 // behind its event's other batches; for a destination's limit), so the
 // server does not time it out for the wait.
+//
 // stop returns once the keeper has stopped (no beat after it), and may be
 // called again.
 func beatWhileIdle(ctx context.Context, every time.Duration, last func() time.Time, beat func()) (stop func()) {
