@@ -370,6 +370,10 @@ func withoutSearchAttributes(args []string) []string {
 	return out
 }
 
+// errTemporalExited: the dev server exited before it answered, e.g. because
+// its port was taken.
+var errTemporalExited = errors.New("temporal dev server exited during start-up (see its log)")
+
 // waitTemporal waits until the Temporal frontend at addr answers a health
 // check, then (with register) registers fanout's search attributes:
 // --search-attribute registers them only when the database is created, and
@@ -379,7 +383,7 @@ func waitTemporal(ctx context.Context, addr string, p *Proc, register bool) (add
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
 		if p.Exited() {
-			return false, fmt.Errorf("temporal dev server exited during start-up (see its log)")
+			return false, errTemporalExited
 		}
 		if c, err := client.Dial(client.Options{HostPort: addr, Logger: QuietLogger{}}); err == nil {
 			_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
@@ -495,7 +499,7 @@ var Topics = map[string]int32{
 }
 
 // startKafka starts the embedded kfake broker on 127.0.0.1:port with the
-// Topics.
+// Topics; port 0 binds a free port, and the address returned names it.
 func startKafka(port int) (*kfake.Cluster, string, error) {
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1)}
 	for t, n := range Topics {

@@ -167,7 +167,8 @@ type Stack struct {
 	specs     map[string]procSpec
 	routes    routes // Route's handlers on the demo server, under mu
 
-	redisPortChosen bool // Options.RedisPort was 0: startRedis may choose another
+	redisPortChosen    bool // Options.RedisPort was 0: startRedis may choose another
+	temporalPortChosen bool // Options.TemporalPort was 0: Start may choose another
 }
 
 type procSpec struct {
@@ -206,7 +207,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 	}
 	s.redisPortChosen = o.RedisPort == 0
-	for _, p := range []*int{&o.TemporalPort, &o.RedisPort, &o.KafkaPort} {
+	s.temporalPortChosen = o.TemporalPort == 0
+	// KafkaPort 0 stays 0: kfake binds 127.0.0.1:0 itself, so no other
+	// process (the dev server picks ports of its own as it starts) can take
+	// a port chosen here before the broker binds it.
+	for _, p := range []*int{&o.TemporalPort, &o.RedisPort} {
 		if *p == 0 {
 			if *p, err = FreePort(); err != nil {
 				return nil, err
@@ -244,7 +249,17 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.startRedis(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.startTemporal(ctx); err != nil {
+	err = s.startTemporal(ctx)
+	// As for Redis: a port chosen here may be taken before the dev server
+	// binds it (by another test package's process); choose again.
+	for i := 0; i < 3 && s.temporalPortChosen && errors.Is(err, errTemporalExited); i++ {
+		if s.opts.TemporalPort, err = FreePort(); err != nil {
+			return nil, err
+		}
+		s.TemporalAddr = fmt.Sprintf("127.0.0.1:%d", s.opts.TemporalPort)
+		err = s.startTemporal(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
