@@ -46,7 +46,6 @@ func (b *bench) slow(ctx context.Context) (Row, error) {
 		if err != nil {
 			return Row{}, err
 		}
-		b.printRamp(ctx, "slow", b.lastHeavy, r.Seconds)
 		secs, cpu, err := b.bareLoop(ctx, "slow-loop", n, c)
 		if err != nil {
 			return Row{}, err

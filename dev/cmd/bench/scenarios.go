@@ -190,6 +190,7 @@ func (b *bench) heavyRunType(ctx context.Context, label string, n int, typ strin
 		return Row{}, err
 	}
 	secs := done[ev.ID].Sub(t0).Seconds()
+	b.printRamp(ctx, label, ev.ID, secs)
 	sink, err := b.st.SinkClient.Event(ctx, ev.ID)
 	if err != nil {
 		return Row{}, err
