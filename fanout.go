@@ -266,12 +266,12 @@ type TypeOptions struct {
 	// from Prepare's recorded result, so a later change of the default
 	// does not change the path a recorded history replays down.
 	LocalDeliveryMax int `json:"local_delivery_max,omitempty"`
-	// LargeBatchSize is the batch size of an event's pages after its
-	// first: the first page's batches (BatchSize) spread over the delivery
-	// workers at once, and later ones cost Temporal less per delivery (one
-	// child, one activity and a few workflow tasks per batch) while a
-	// large batch takes more of its worker's calls. An event of one page
-	// keeps BatchSize's. 0: PageSize (one batch per page); negative: BatchSize
+	// LargeBatchSize is the batch size of an event's pages once it has
+	// started Window batches: its audience fills the window, which caps
+	// the batches in flight anyway, so bigger batches then cost Temporal
+	// less per delivery (one child, one activity and a few workflow tasks
+	// per batch) without costing parallelism; smaller events keep
+	// BatchSize's. 0: PageSize (one batch per page); negative: BatchSize
 	// (every batch the same size); at most MaxLargeBatchSize. Resolved by
 	// Prepare, like LocalDeliveryMax, so histories replay with the size
 	// they recorded.

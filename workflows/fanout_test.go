@@ -61,9 +61,9 @@ type fixture struct {
 	// Staged makes RecipientsPage stage multi-batch pages (as it does when
 	// the worker has Redis) and return batch refs instead of recipients.
 	Staged bool
-	// OldBatchRule runs the event as histories recorded before largeChange
-	// replay: its batches grow only once it has started a window of them.
-	OldBatchRule bool
+	// FirstPageRule runs the event as histories recorded with version 1 of
+	// largeChange replay: its batches grow from its second page on.
+	FirstPageRule bool
 	// Logger, when set, receives the workflows' log.
 	Logger tlog.Logger
 }
@@ -159,8 +159,8 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 	env.RegisterWorkflow(DeliveryBatch)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: vocab.WorkflowID(fx.Event.Type, fx.Event.ID), TaskQueue: vocab.EventsTaskQueue})
 	wantOpts := fx.Options.WithDefaults()
-	if fx.OldBatchRule {
-		env.OnGetVersion(largeChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	if fx.FirstPageRule {
+		env.OnGetVersion(largeChange, workflow.DefaultVersion, 2).Return(workflow.Version(1))
 	}
 	rec.mu.Lock()
 	rec.pages = 0
@@ -210,7 +210,7 @@ func newEnv(t *testing.T, fx fixture, rec *recorder) *testsuite.TestWorkflowEnvi
 		single := p.NextCursor == "" && len(p.Recipients) <= in.BatchSize
 		if fx.Staged && !single && len(p.Recipients) > 0 {
 			want := wantOpts.BatchSize
-			if in.Cursor != "" && (!fx.OldBatchRule || in.FirstBatch >= wantOpts.Window) {
+			if in.Cursor != "" && (fx.FirstPageRule || in.FirstBatch >= wantOpts.Window) {
 				want = wantOpts.LargeBatch()
 			}
 			if in.BatchSize != want {
@@ -396,14 +396,14 @@ func testEvent(id string) fanout.Event {
 }
 
 // expectedShape is the number of pages and batches the workflow should use
-// for an audience of n: batches of BatchSize in the first page, of
-// LargeBatch after it (oldRule: once a window of batches has started).
-func expectedShape(n int, o fanout.TypeOptions, emptyTail, oldRule bool) (pages, batches int) {
+// for an audience of n: batches of BatchSize until a window of them has
+// started, of LargeBatch after (firstPageRule: after the first page).
+func expectedShape(n int, o fanout.TypeOptions, emptyTail, firstPageRule bool) (pages, batches int) {
 	o = o.WithDefaults()
 	for off := 0; off < n; off += o.PageSize {
 		pages++
 		size := o.BatchSize
-		if off > 0 && (!oldRule || batches >= o.Window) {
+		if off > 0 && (firstPageRule || batches >= o.Window) {
 			size = o.LargeBatch()
 		}
 		batches += (min(o.PageSize, n-off) + size - 1) / size
@@ -502,7 +502,7 @@ func TestFanoutPaging(t *testing.T) {
 		opts      fanout.TypeOptions
 		emptyTail bool
 		staged    bool
-		oldRule   bool
+		v1        bool
 	}{
 		{"empty", 0, small, false, false, false},
 		{"one", 1, small, false, false, false},
@@ -516,28 +516,32 @@ func TestFanoutPaging(t *testing.T) {
 		{"staged 2345", 2345, small, false, true, false},
 		{"staged one", 1, small, false, true, false},
 		{"staged 500 then empty page", 500, small, true, true, false},
-		// After the first page, batches of LargeBatchSize: 100+100+50,
-		// then one batch per page.
+		// Once a window of batches (3) has started, batches of
+		// LargeBatchSize: 100+100+50, then one batch per page.
 		{"large batches 2345", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 250}, false, false, false},
 		{"staged large batches 2345", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 3, LargeBatchSize: 200}, false, true, false},
 		{"large batches, one page", 250, fanout.TypeOptions{BatchSize: 100, PageSize: 250, LargeBatchSize: 250}, false, true, false},
-		// From the second page, whatever the window (10): 3 small batches,
-		// then 9 pages of one.
-		{"large batches from the second page", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 10, LargeBatchSize: 250}, false, true, false},
-		// A history recorded before largeChange replays the old rule: no
-		// growth until the window (10) has started: four pages of 3
+		// No growth until the window (10) has started: four pages of 3
 		// small batches, then 6 pages of one.
-		{"old rule: large batches after a window", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 10, LargeBatchSize: 250}, false, true, true},
+		{"large batches after a window", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 10, LargeBatchSize: 250}, false, true, false},
+		// An event of fewer batches than the window keeps every batch
+		// small, whatever its pages: 24 of them spread over the delivery
+		// workers (large ones after the first page ran at one worker's
+		// pace).
+		{"under a window: all small", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 30, LargeBatchSize: 250}, false, true, false},
+		// A history recorded with version 1 of largeChange replays its
+		// rule: 3 small batches, then 9 pages of one, whatever the window.
+		{"version 1: large batches from the second page", 2345, fanout.TypeOptions{BatchSize: 100, PageSize: 250, Window: 10, LargeBatchSize: 250}, false, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := fixture{Event: testEvent("ev-" + tc.name), Audience: tc.n, Options: tc.opts, EmptyTail: tc.emptyTail,
-				PageDelay: time.Second, DeliverDelay: time.Minute, Staged: tc.staged, OldBatchRule: tc.oldRule}
+				PageDelay: time.Second, DeliverDelay: time.Minute, Staged: tc.staged, FirstPageRule: tc.v1}
 			rec := newRecorder()
 			env := newEnv(t, fx, rec)
 			res := runToResult(t, env, FanoutInput{Event: fx.Event})
 
-			pages, batches := expectedShape(tc.n, tc.opts, tc.emptyTail, tc.oldRule)
+			pages, batches := expectedShape(tc.n, tc.opts, tc.emptyTail, tc.v1)
 			want := Progress{Found: int64(tc.n), Delivered: int64(tc.n), BatchesStarted: batches,
 				BatchesCompleted: batches, Pages: pages, Runs: 1, PagingDone: true}
 			if res.Progress != want {

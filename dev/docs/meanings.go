@@ -80,7 +80,7 @@ var Meanings = map[string]string{
 	"FANOUT_WINDOW":               "delivery batches one event has open at once",
 	"FANOUT_DELIVER_CONCURRENCY":  "concurrent deliveries per batch (more when the worker's budget has calls to spare)",
 	"FANOUT_LOCAL_DELIVERY_MAX":   "audiences up to this size are delivered on the fast path, in the events worker; `-1` off",
-	"FANOUT_LARGE_BATCH_SIZE":     "batch size of an event's pages after its first (unset: the page size, at most 20,000; `-1`: `FANOUT_BATCH_SIZE`)",
+	"FANOUT_LARGE_BATCH_SIZE":     "batch size once an event has filled its window (unset: the page size, at most 20,000; `-1`: `FANOUT_BATCH_SIZE`)",
 	"FANOUT_SEMANTICS":            "`at-least-once` or `at-most-once` (needs `FANOUT_DEDUP=true`): [guarantees.md](guarantees.md)",
 	"FANOUT_MAX_ATTEMPTS":         "delivery attempts per recipient before it is dead-lettered",
 	"FANOUT_FAIRNESS_WEIGHT":      "the type's share of a task queue against other types' events (up to 1000; with task-queue fairness)",

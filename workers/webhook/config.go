@@ -27,9 +27,9 @@ type Config struct {
 	// delivered by the events worker in their first workflow task (0:
 	// fanout's default, 100; -1: off).
 	LocalDeliveryMax int `env:"FANOUT_LOCAL_DELIVERY_MAX"`
-	// LargeBatchSize: batch size of an event's pages after its first (0:
-	// the page size, one batch per page; -1: FANOUT_BATCH_SIZE; at most
-	// 20,000).
+	// LargeBatchSize: batch size once an event has started a window of
+	// batches (0: the page size, one batch per page; -1: FANOUT_BATCH_SIZE;
+	// at most 20,000).
 	LargeBatchSize int `env:"FANOUT_LARGE_BATCH_SIZE"`
 	// Semantics is the type's delivery guarantee: at-least-once (the
 	// default) or at-most-once (needs the worker's FANOUT_DEDUP=true).

@@ -24,15 +24,12 @@ import (
 
 const (
 	batchSize = 20
-	// batches per event in TestBatchesOfTwoEventsInterleave: under the
-	// default window, so all are queued at once.
-	batches = 40
+	batches   = 40 // per event: under the default window, so all are queued at once
 )
 
 // TestBatchesOfTwoEventsInterleave publishes event A, waits until all its
 // batches are started (queued on the normal delivery queue, which one
-// activity slot serves, against a sink that answers in 100 ms; every batch
-// of batchSize, pages after the first too), then
+// activity slot serves, against a sink that answers in 100 ms), then
 // publishes event B. Read from the batches' histories, the order in which
 // their DeliverBatch activities started: B's batches start while A's
 // queued ones still wait, instead of after all of them (first in, first
@@ -40,7 +37,7 @@ const (
 func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	s := startStack(ctx, t, []string{"FANOUT_LARGE_BATCH_SIZE=-1"})
+	s := startStack(ctx, t)
 	stamp := time.Now().UTC().Format("150405")
 	a := stack.Event{ID: "fair-a-" + stamp, Audience: batches * batchSize, Priority: fanout.PriorityNormal}
 	b := stack.Event{ID: "fair-b-" + stamp, Audience: batches * batchSize, Priority: fanout.PriorityNormal}
@@ -79,8 +76,8 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 	}
 }
 
-// TestSmallBatchesGoBeforeQueuedLargeOnes publishes event A, of many pages
-// (its first in 10 batches of 20, then a batch per page, 200), and
+// TestSmallBatchesGoBeforeQueuedLargeOnes publishes event A, big enough to
+// fill its window (50 batches of 20, then batches of a page, 200), and
 // once its small batches are done and its large ones queued (one batch
 // slot: two batches at once per queue, 20 calls; a sink that answers in
 // 100 ms), event B of 4 small batches. Read from the histories: A's large
@@ -92,8 +89,8 @@ func TestBatchesOfTwoEventsInterleave(t *testing.T) {
 func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	const small, large, page = 10, 10, 10 * batchSize
-	s := startStack(ctx, t, nil, "FANOUT_DELIVER_CONCURRENCY=20")
+	const small, large, page = 50, 10, 10 * batchSize
+	s := startStack(ctx, t, "FANOUT_DELIVER_CONCURRENCY=20")
 	stamp := time.Now().UTC().Format("150405")
 	a := stack.Event{ID: "prio-a-" + stamp, Audience: small*batchSize + large*page, Priority: fanout.PriorityNormal}
 	b := stack.Event{ID: "prio-b-" + stamp, Audience: 4 * batchSize, Priority: fanout.PriorityNormal}
@@ -141,17 +138,16 @@ func TestSmallBatchesGoBeforeQueuedLargeOnes(t *testing.T) {
 
 // startStack starts the stack with an events worker (the bridge inside)
 // and a normal delivery worker of one batch slot (with delivery's extra
-// environment), batches of batchSize and pages of ten batches (and the
-// type's further settings in both), no fast path, and a sink that answers
-// in 100 ms.
-func startStack(ctx context.Context, t *testing.T, typeEnv []string, delivery ...string) *stack.Stack {
+// environment), batches of batchSize and pages of ten batches, no fast
+// path, and a sink that answers in 100 ms.
+func startStack(ctx context.Context, t *testing.T, delivery ...string) *stack.Stack {
 	t.Helper()
 	s, err := stack.Start(ctx, stack.Options{InMemory: true, Log: os.Stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	opts := append([]string{"FANOUT_BATCH_SIZE=" + strconv.Itoa(batchSize), "FANOUT_PAGE_SIZE=" + strconv.Itoa(10*batchSize), "FANOUT_LOCAL_DELIVERY_MAX=-1"}, typeEnv...)
+	opts := []string{"FANOUT_BATCH_SIZE=" + strconv.Itoa(batchSize), "FANOUT_PAGE_SIZE=" + strconv.Itoa(10*batchSize), "FANOUT_LOCAL_DELIVERY_MAX=-1"}
 	if err := s.StartWorker("events", "events", append(opts, "FANOUT_BRIDGE=true")...); err != nil {
 		t.Fatal(err)
 	}

@@ -383,17 +383,15 @@ func TestSmallEventFootprint(t *testing.T) {
 // markers, its upsert; 9 when its batches were children: 2 × 2 for them)
 // and one heartbeat per batch; per
 // batch of a big event 2 for the child, 1 for its activity and the parent's
-// share of pages, markers and upserts (about 0.55: its batches are a page
-// each after the first page, so a page activity for almost every batch),
-// and its heartbeat: 1.13 per 1,000 deliveries in batches of 4,000 on
-// average (10 of 1,000, then 5 of 10,000). One activity or child more per
-// batch, or batches half the size, break them.
+// share of pages, markers and upserts (about 0.2), and its heartbeat: 3.55
+// per 1,000 deliveries in batches of about 1,200. One activity or child more
+// per batch, or batches half the size, break them.
 const (
 	smallActionsMax          = 3   // per small event
 	batchedHistoryActionsMax = 7   // per event of 2,000 recipients, in its histories
 	heartbeatsPerBatchMax    = 2   // the first heartbeat, and one more for a slow batch
-	batchHistoryActionsMax   = 4.0 // per batch of a big event, in its histories
-	per1000ActionsMax        = 1.5 // per 1,000 deliveries of a big event, heartbeats included
+	batchHistoryActionsMax   = 3.5 // per batch of a big event, in its histories
+	per1000ActionsMax        = 4.5 // per 1,000 deliveries of a big event, heartbeats included
 )
 
 // checkHeartbeats bounds the heartbeats per batch.
