@@ -249,17 +249,8 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.startRedis(ctx); err != nil {
 		return nil, err
 	}
-	err = s.startTemporal(ctx)
-	// As for Redis: a port chosen here may be taken before the dev server
-	// binds it (by another test package's process); choose again.
-	for i := 0; i < 3 && s.temporalPortChosen && errors.Is(err, errTemporalExited); i++ {
-		if s.opts.TemporalPort, err = FreePort(); err != nil {
-			return nil, err
-		}
-		s.TemporalAddr = fmt.Sprintf("127.0.0.1:%d", s.opts.TemporalPort)
-		err = s.startTemporal(ctx)
-	}
-	if err != nil {
+	if err := onChosenPort(s.temporalPortChosen, errTemporalExited, 3, &s.opts.TemporalPort, &s.TemporalAddr,
+		func() error { return s.startTemporal(ctx) }); err != nil {
 		return nil, err
 	}
 	s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
@@ -361,21 +352,33 @@ func (s *Stack) startRedis(ctx context.Context) error {
 			return err
 		}
 	}
-	p, _, err := StartRedis(ctx, s.opts.RedisPort, dir, s.LogPath("redis"), s.opts.Log)
-	// A port the stack chose may be taken between FreePort and the bind
-	// (by another test's stack): choose again, a few times.
-	for i := 0; i < 5 && s.redisPortChosen && errors.Is(err, ErrRedisExited); i++ {
-		if s.opts.RedisPort, err = FreePort(); err != nil {
-			return err
-		}
-		s.RedisAddr = fmt.Sprintf("127.0.0.1:%d", s.opts.RedisPort)
+	var p *Proc
+	err := onChosenPort(s.redisPortChosen, ErrRedisExited, 5, &s.opts.RedisPort, &s.RedisAddr, func() (err error) {
 		p, _, err = StartRedis(ctx, s.opts.RedisPort, dir, s.LogPath("redis"), s.opts.Log)
-	}
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	s.setProc("redis", p, nil)
 	return nil
+}
+
+// onChosenPort runs start and, while the stack chose *port (chosen) and
+// start failed as it does when the port is taken (taken), picks another
+// free port, names it in *addr and runs start again, up to tries times: a
+// port from FreePort may be taken before the process binds it (by another
+// test package's process, or the dev server's own ports).
+func onChosenPort(chosen bool, taken error, tries int, port *int, addr *string, start func() error) error {
+	err := start()
+	for i := 0; i < tries && chosen && errors.Is(err, taken); i++ {
+		if *port, err = FreePort(); err != nil {
+			return err
+		}
+		*addr = fmt.Sprintf("127.0.0.1:%d", *port)
+		err = start()
+	}
+	return err
 }
 
 // Build compiles the worker and starter binaries (and the sink's, with
